@@ -1,0 +1,201 @@
+//! `Engine::execute`: the single entry of every front-end. It authenticates the credential,
+//! checks the permission the operation needs, resolves the tenant keyspace and runs the
+//! operation. Wire modules only decode and render; every decision is made here, once.
+
+mod records;
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::model::Record;
+use crate::protocol::{DescribeOp, Mutation, Operation, Permission, QueryOp};
+use crate::store::records::PropertyInfo;
+use crate::store::{Store, TenancyMode, Tenant};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// Longest tenant string (SPEC.md "Tenant").
+pub const MAX_TENANT_BYTES: usize = 1024;
+
+/// Settings the engine decides with (a subset of the server configuration).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub bootstrap_token: String,
+    pub capability_secret: Option<Vec<u8>>,
+}
+
+/// Which transport built the envelope; it decides how the tenant is named (SPEC.md
+/// "Tenant selection").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// REST routes: the tenant header alone names the tenant.
+    Rest,
+    /// The Protocol v1 envelope: the header (where the transport has one) must equal `context.scope`.
+    Protocol,
+}
+
+/// What every front-end hands to the engine.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    pub credential: Option<String>,
+    pub tenant_header: Option<String>,
+    pub scope: Option<String>,
+    pub transport: Transport,
+    pub transaction: Option<String>,
+    pub operation: Operation,
+}
+
+/// Who is calling, once the credential is verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// The bootstrap token: every operation on every tenant.
+    Operator,
+}
+
+#[derive(Debug, Clone)]
+pub struct BuildInfo {
+    pub version: &'static str,
+    pub storage_format_version: u64,
+    pub multitenant: bool,
+}
+
+/// The result of an operation, before a front-end renders it.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Record(Box<Record>),
+    Records { records: Vec<Record>, total: u64 },
+    Affected(u64),
+    BuildInfo(BuildInfo),
+    Labels(Vec<(String, u64)>),
+    Properties(Vec<PropertyInfo>),
+    Property(PropertyInfo),
+}
+
+pub struct Engine {
+    pub store: Store,
+    config: EngineConfig,
+    /// SHA-256 of the bootstrap token: comparing digests keeps the comparison constant-time
+    /// whatever the presented token's length.
+    bootstrap_digest: [u8; 32],
+}
+
+fn digest(s: &str) -> [u8; 32] {
+    Sha256::digest(s.as_bytes()).into()
+}
+
+impl Engine {
+    pub fn new(store: Store, config: EngineConfig) -> Engine {
+        let bootstrap_digest = digest(&config.bootstrap_token);
+        Engine {
+            store,
+            config,
+            bootstrap_digest,
+        }
+    }
+
+    pub fn multitenant(&self) -> bool {
+        self.store.mode == TenancyMode::Multi
+    }
+
+    /// Verifies a credential (constant-time for the bootstrap token).
+    pub fn authenticate(&self, credential: Option<&str>) -> Result<Principal> {
+        let token = credential.filter(|t| !t.is_empty()).ok_or_else(|| {
+            Error::new(ErrorCode::Unauthenticated, "missing credential: send Authorization: Bearer <token>")
+        })?;
+        if bool::from(digest(token).ct_eq(&self.bootstrap_digest)) {
+            return Ok(Principal::Operator);
+        }
+        let _ = &self.config.capability_secret;
+        Err(Error::new(ErrorCode::Unauthenticated, "invalid credential"))
+    }
+
+    /// `GET /metrics`: `read` permission (SPEC.md); the bootstrap token on a multitenant
+    /// engine, since its figures span tenants (BEHAVIOUR.md §7).
+    pub fn authorize_metrics(&self, credential: Option<&str>) -> Result<()> {
+        self.authenticate(credential).map(|_| ())
+    }
+
+    fn authorize(&self, principal: &Principal, permission: Permission) -> Result<()> {
+        match (principal, permission) {
+            (Principal::Operator, _) => Ok(()),
+        }
+    }
+
+    /// Picks the keyspace the envelope addresses.
+    fn tenant(&self, env: &Envelope) -> Result<Tenant> {
+        let header = env.tenant_header.as_deref().filter(|h| !h.is_empty());
+        let scope = env.scope.as_deref();
+        if !self.multitenant() {
+            if scope.is_some() || header.is_some() {
+                return Err(Error::new(
+                    ErrorCode::ScopeMismatch,
+                    "this engine is single-tenant: requests must not name a tenant (context.scope or X-Service-Tenant)",
+                ));
+            }
+            return Ok(Tenant::Single);
+        }
+        let name = match env.transport {
+            Transport::Rest => header,
+            Transport::Protocol => match (header, scope) {
+                (Some(h), Some(s)) if h == s => Some(s),
+                (Some(_), Some(_)) => {
+                    return Err(Error::new(
+                        ErrorCode::ScopeMismatch,
+                        "the X-Service-Tenant header and context.scope name different tenants",
+                    ))
+                }
+                _ => None,
+            },
+        };
+        let name = name.ok_or_else(|| {
+            Error::invalid("this engine is multitenant: every request must name its tenant (X-Service-Tenant header and context.scope)")
+        })?;
+        if name.len() > MAX_TENANT_BYTES {
+            return Err(Error::invalid(format!("tenant is longer than {MAX_TENANT_BYTES} bytes")));
+        }
+        Ok(Tenant::Named(name.to_string()))
+    }
+
+    /// The single entry point of every front-end.
+    pub async fn execute(&self, env: Envelope) -> Result<Outcome> {
+        let principal = self.authenticate(env.credential.as_deref())?;
+        self.authorize(&principal, env.operation.permission())?;
+        if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
+            return Ok(Outcome::BuildInfo(self.build_info()));
+        }
+        let tenant = self.tenant(&env)?;
+        if env.transaction.is_some() {
+            return Err(Error::unsupported("X-Transaction-Id (client transactions)"));
+        }
+        match env.operation {
+            Operation::Query(QueryOp::Record(q)) => self.get_record(&tenant, &q.id),
+            Operation::Query(QueryOp::Records(q)) => self.find_records(&tenant, &q.query),
+            Operation::Describe(DescribeOp::Labels(q)) => self.describe_labels(&tenant, q.query.as_ref()),
+            Operation::Describe(DescribeOp::Properties(q)) => self.describe_properties(&tenant, q.query.as_ref()),
+            Operation::Describe(DescribeOp::Property(p)) => self.describe_property(&tenant, &p.id),
+            Operation::Mutate(Mutation::PutRecord(p)) => self.put_record(tenant, p).await,
+            Operation::Mutate(Mutation::RetypeRecord(r)) => {
+                self.retype_record(tenant, r.id, r.record, r.from_label, r.to_label).await
+            }
+            Operation::Mutate(Mutation::DeleteRecord(d)) => self.delete_record(tenant, d.id, d.record).await,
+            Operation::Mutate(Mutation::DeleteProperty(d)) => self.delete_property(tenant, d.name, d.id).await,
+            other => Err(Error::unsupported(other.name())),
+        }
+    }
+
+    pub fn build_info(&self) -> BuildInfo {
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            storage_format_version: crate::store::STORAGE_FORMAT_VERSION,
+            multitenant: self.multitenant(),
+        }
+    }
+
+    /// Store-wide figures for `/metrics`: (records, tenants).
+    pub fn totals(&self) -> Result<(u64, u64)> {
+        let snap = self.store.snapshot()?;
+        let mut records = 0;
+        for t in self.store.tenant_ids() {
+            records += crate::store::records::label_counts(&snap, t)?.iter().map(|(_, c)| c).sum::<u64>();
+        }
+        Ok((records, self.store.tenant_count() as u64))
+    }
+}

@@ -1,0 +1,126 @@
+//! The one engine-wide error table. Every front-end renders an [`Error`] from its
+//! [`ErrorCode`] alone (HTTP status here; gRPC, SQLSTATE and Neo4j codes in their wire
+//! modules), so a code means the same thing on every transport.
+
+use std::fmt;
+
+/// Stable snake_case codes (BEHAVIOUR.md §4). Adding a code is an interface change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidArgument,
+    NotFound,
+    Unauthenticated,
+    PermissionDenied,
+    Unauthorized,
+    ScopeMismatch,
+    Conflict,
+    TransactionExpired,
+    PayloadTooLarge,
+    Timeout,
+    TooManyRequests,
+    Unsupported,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::ScopeMismatch => "scope_mismatch",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::TransactionExpired => "transaction_expired",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::TooManyRequests => "too_many_requests",
+            ErrorCode::Unsupported => "unsupported",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// The HTTP rendering of the table (BEHAVIOUR.md §4).
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidArgument => 400,
+            ErrorCode::ScopeMismatch => 400,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::PermissionDenied => 403,
+            ErrorCode::Unauthorized => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::TransactionExpired => 404,
+            ErrorCode::Timeout => 408,
+            ErrorCode::Conflict => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::TooManyRequests => 429,
+            ErrorCode::Internal => 500,
+            ErrorCode::Unsupported => 501,
+        }
+    }
+}
+
+/// An error as the client sees it: a code from the table and a message that names what is
+/// wrong. Internal errors carry a generic message; their details go to the log only.
+#[derive(Debug, Clone)]
+pub struct Error {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidArgument, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+    pub fn unsupported(what: impl fmt::Display) -> Self {
+        Self::new(
+            ErrorCode::Unsupported,
+            format!("{what} is not supported by this engine build yet"),
+        )
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Conflict, message)
+    }
+    /// Logs the detail and returns an error that does not leak it.
+    pub fn internal(detail: impl fmt::Display) -> Self {
+        crate::log::error(&format!("internal error: {detail}"));
+        Self::new(ErrorCode::Internal, "internal error")
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+macro_rules! internal_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Self { Error::internal(e) }
+        }
+    )*};
+}
+internal_from!(
+    redb::Error,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::DatabaseError,
+    std::io::Error
+);

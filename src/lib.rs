@@ -1,0 +1,8 @@
+//! Graph record database engine. See docs/design.md for the map of modules.
+
+pub mod error;
+pub mod log;
+pub mod model;
+pub mod store;
+pub mod engine;
+pub mod protocol;

@@ -1,0 +1,328 @@
+//! The tenant-keyspaced graph store on redb.
+//!
+//! Writes: one writer thread owns redb's write transaction. It drains queued batches, applies
+//! each on its own overlay (validation and mutation see the latest state, and a failing batch
+//! contributes nothing), commits the group once with fsync, then acknowledges every caller.
+//! Acknowledged therefore means durable. Reads: MVCC snapshots, never blocked by the writer.
+
+pub mod codec;
+pub mod keys;
+pub mod kv;
+pub mod records;
+
+use crate::error::{Error, Result};
+use keys::Key;
+use kv::{KvRead, Overlay, Snapshot, KV};
+use records::{RecordWriter, WriteOp, WriteOutcome};
+use redb::{ReadableDatabase, ReadableTable};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::{mpsc, oneshot};
+
+/// The one storage format version this build reads (see docs/design.md).
+pub const STORAGE_FORMAT_VERSION: u64 = 1;
+
+/// Upper bound on batches committed together in one redb transaction.
+const MAX_GROUP: usize = 512;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenancyMode {
+    Single,
+    Multi,
+}
+
+impl TenancyMode {
+    fn tag(self) -> u8 {
+        match self {
+            TenancyMode::Single => 0,
+            TenancyMode::Multi => 1,
+        }
+    }
+    pub fn describe(self) -> &'static str {
+        match self {
+            TenancyMode::Single => "single-tenant mode",
+            TenancyMode::Multi => "multitenant mode (--multitenant)",
+        }
+    }
+}
+
+/// Which keyspace an operation addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Tenant {
+    /// The one keyspace of a single-tenant store (tenant 0).
+    Single,
+    Named(String),
+}
+
+struct WriteRequest {
+    tenant: Tenant,
+    ops: Vec<WriteOp>,
+    reply: oneshot::Sender<Result<Vec<WriteOutcome>>>,
+}
+
+type TenantCache = Arc<RwLock<HashMap<String, u64>>>;
+
+pub struct Store {
+    db: Arc<redb::Database>,
+    pub mode: TenancyMode,
+    tenants: TenantCache,
+    sender: RwLock<Option<mpsc::Sender<WriteRequest>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+fn startup(msg: impl Into<String>) -> Error {
+    Error::new(crate::error::ErrorCode::Internal, msg)
+}
+
+impl Store {
+    /// Opens or creates the store in `dir`. Refuses another storage format version or the
+    /// other tenancy mode with the messages SPEC.md and BEHAVIOUR.md §7 give.
+    pub fn open(dir: &Path, mode: TenancyMode) -> Result<Store> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| startup(format!("cannot create data directory {}: {e}", dir.display())))?;
+        let path = dir.join("engine.redb");
+        let db = redb::Database::builder()
+            .create(&path)
+            .map_err(|e| startup(format!("cannot open store {}: {e}", path.display())))?;
+        let txn = db.begin_write()?;
+        let (last_seq, tenants) = {
+            let mut t = txn.open_table(KV)?;
+            let fmt = Key::system(keys::SYS_FORMAT).0;
+            match KvRead::get(&t, &fmt)?.map(|v| codec::decode_u64(&v)) {
+                None => {
+                    if t.first()?.is_some() {
+                        return Err(startup("store has data but no storage format version"));
+                    }
+                    t.insert(fmt.as_slice(), codec::encode_u64(STORAGE_FORMAT_VERSION).as_slice())?;
+                    t.insert(Key::system(keys::SYS_MODE).bytes(), codec::encode_u64(mode.tag() as u64).as_slice())?;
+                    t.insert(Key::system(keys::SYS_COMMIT_SEQ).bytes(), codec::encode_u64(0).as_slice())?;
+                    t.insert(Key::system(keys::SYS_NEXT_TENANT).bytes(), codec::encode_u64(1).as_slice())?;
+                }
+                Some(v) => {
+                    let v = v?;
+                    if v != STORAGE_FORMAT_VERSION {
+                        return Err(startup(format!(
+                            "unsupported storage format version {v}; this build uses version {STORAGE_FORMAT_VERSION}"
+                        )));
+                    }
+                }
+            }
+            let stored = match KvRead::get(&t, Key::system(keys::SYS_MODE).bytes())? {
+                Some(v) => codec::decode_u64(&v)?,
+                None => return Err(startup("store has no tenancy mode")),
+            };
+            if stored != mode.tag() as u64 {
+                let created = if stored == 0 { TenancyMode::Single } else { TenancyMode::Multi };
+                return Err(startup(format!(
+                    "data directory {} was created in {}; this server was started in {}; the tenancy mode cannot be changed",
+                    dir.display(),
+                    created.describe(),
+                    mode.describe()
+                )));
+            }
+            let last_seq = KvRead::get(&t, Key::system(keys::SYS_COMMIT_SEQ).bytes())?
+                .map(|v| codec::decode_u64(&v))
+                .transpose()?
+                .unwrap_or(0);
+            let mut tenants = HashMap::new();
+            t.scan_prefix(&Key::system(keys::SYS_TENANT_BY_NAME).0, false, &mut |k, v| {
+                let (name, _) = keys::read_escaped(&k[2..]).ok_or_else(|| Error::internal("corrupt tenant key"))?;
+                tenants.insert(String::from_utf8_lossy(&name).into_owned(), codec::decode_u64(v)?);
+                Ok(true)
+            })?;
+            (last_seq, tenants)
+        };
+        txn.commit()?;
+        let db = Arc::new(db);
+        let tenants: TenantCache = Arc::new(RwLock::new(tenants));
+        let (tx, rx) = mpsc::channel(4096);
+        let writer = {
+            let (db, tenants) = (db.clone(), tenants.clone());
+            std::thread::Builder::new()
+                .name("engine-writer".into())
+                .spawn(move || writer_loop(db, tenants, rx, last_seq))
+                .map_err(|e| startup(format!("cannot start writer thread: {e}")))?
+        };
+        Ok(Store {
+            db,
+            mode,
+            tenants,
+            sender: RwLock::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    /// A consistent read view of the whole store.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let txn = self.db.begin_read()?;
+        Snapshot::new(&txn)
+    }
+
+    /// The numeric id of a tenant, or None for a tenant that has never been written.
+    pub fn tenant_id(&self, tenant: &Tenant) -> Option<u64> {
+        match tenant {
+            Tenant::Single => Some(keys::SINGLE_TENANT),
+            Tenant::Named(name) => self.tenants.read().ok()?.get(name).copied(),
+        }
+    }
+
+    pub fn tenant_count(&self) -> usize {
+        match self.mode {
+            TenancyMode::Single => 1,
+            TenancyMode::Multi => self.tenants.read().map(|t| t.len()).unwrap_or(0),
+        }
+    }
+
+    /// Every tenant id in use (for store-wide figures such as metrics).
+    pub fn tenant_ids(&self) -> Vec<u64> {
+        match self.mode {
+            TenancyMode::Single => vec![keys::SINGLE_TENANT],
+            TenancyMode::Multi => self
+                .tenants
+                .read()
+                .map(|t| t.values().copied().collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Queues a batch and waits for its durable commit. The batch applies entirely or not at all.
+    pub async fn write(&self, tenant: Tenant, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
+        let sender = self
+            .sender
+            .read()
+            .map_err(|_| Error::internal("writer lock poisoned"))?
+            .clone()
+            .ok_or_else(|| Error::new(crate::error::ErrorCode::Unsupported, "the server is shutting down"))?;
+        let (reply, rx) = oneshot::channel();
+        sender
+            .send(WriteRequest { tenant, ops, reply })
+            .await
+            .map_err(|_| Error::internal("writer stopped"))?;
+        rx.await.map_err(|_| Error::internal("writer dropped a request"))?
+    }
+
+    /// Stops accepting writes, lets the writer commit what is queued, and waits for it.
+    pub fn shutdown(&self) {
+        if let Ok(mut s) = self.sender.write() {
+            s.take();
+        }
+        if let Some(h) = self.writer.lock().ok().and_then(|mut w| w.take()) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Resolves a tenant for writing, creating it on first use.
+fn resolve_tenant_for_write<R: KvRead>(ov: &mut Overlay<'_, R>, tenant: &Tenant) -> Result<(u64, bool)> {
+    let name = match tenant {
+        Tenant::Single => return Ok((keys::SINGLE_TENANT, false)),
+        Tenant::Named(n) => n,
+    };
+    let by_name = Key::system(keys::SYS_TENANT_BY_NAME).str(name).0;
+    if let Some(v) = ov.get(&by_name)? {
+        return Ok((codec::decode_u64(&v)?, false));
+    }
+    let next_key = Key::system(keys::SYS_NEXT_TENANT).0;
+    let id = ov.get(&next_key)?.map(|v| codec::decode_u64(&v)).transpose()?.unwrap_or(1);
+    ov.put(next_key, codec::encode_u64(id + 1));
+    ov.put(by_name, codec::encode_u64(id));
+    ov.put(Key::system(keys::SYS_TENANT_BY_ID).u64(id).0, codec::encode_str(name));
+    Ok((id, true))
+}
+
+fn writer_loop(
+    db: Arc<redb::Database>,
+    tenants: TenantCache,
+    mut rx: mpsc::Receiver<WriteRequest>,
+    mut last_seq: u64,
+) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(r) => group.push(r),
+                Err(_) => break,
+            }
+        }
+        let group_start = last_seq;
+        let mut results = Vec::with_capacity(group.len());
+        let mut new_tenants = Vec::new();
+        let committed = (|| -> Result<()> {
+            let mut txn = db.begin_write()?;
+            txn.set_quick_repair(true);
+            {
+                let mut table = txn.open_table(KV)?;
+                for req in &group {
+                    let seq = last_seq + 1;
+                    let applied = {
+                        let mut ov = Overlay::new(&table);
+                        apply_batch(&mut ov, req, seq).map(|(out, created)| (out, created, ov.into_writes()))
+                    };
+                    match applied {
+                        Ok((out, created, writes)) => {
+                            for (k, v) in writes {
+                                match v {
+                                    Some(v) => table.insert(k.as_slice(), v.as_slice())?,
+                                    None => table.remove(k.as_slice())?,
+                                };
+                            }
+                            if let Some(t) = created {
+                                new_tenants.push(t);
+                            }
+                            last_seq = seq;
+                            results.push(Ok(out));
+                        }
+                        Err(e) => results.push(Err(e)),
+                    }
+                }
+                table.insert(Key::system(keys::SYS_COMMIT_SEQ).bytes(), codec::encode_u64(last_seq).as_slice())?;
+            }
+            txn.commit()?;
+            Ok(())
+        })();
+        match committed {
+            Ok(()) => {
+                if let Ok(mut t) = tenants.write() {
+                    t.extend(new_tenants);
+                }
+                for (req, res) in group.into_iter().zip(results) {
+                    let _ = req.reply.send(res);
+                }
+            }
+            Err(e) => {
+                last_seq = group_start;
+                for req in group {
+                    let _ = req.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Validates and applies one batch on its overlay. Returns the outcomes and, when the batch
+/// created its tenant, the tenant's name and id.
+fn apply_batch<R: KvRead>(
+    ov: &mut Overlay<'_, R>,
+    req: &WriteRequest,
+    seq: u64,
+) -> Result<(Vec<WriteOutcome>, Option<(String, u64)>)> {
+    let (tenant, created) = resolve_tenant_for_write(ov, &req.tenant)?;
+    let mut w = RecordWriter::new(ov, tenant, seq);
+    let mut out = Vec::with_capacity(req.ops.len());
+    for op in &req.ops {
+        out.push(w.apply(op.clone())?);
+    }
+    w.finish()?;
+    let created = match (&req.tenant, created) {
+        (Tenant::Named(n), true) => Some((n.clone(), tenant)),
+        _ => None,
+    };
+    Ok((out, created))
+}

@@ -1,0 +1,233 @@
+//! Value encodings. Invariant: every stored value starts with [`VALUE_FORMAT`], so a later
+//! build can tell old values from new ones without a format change of the whole store.
+
+use crate::error::{Error, Result};
+use crate::model::{PropType, PropValue, Record, Scalar};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+pub const VALUE_FORMAT: u8 = 1;
+
+fn corrupt(what: &str) -> Error {
+    Error::internal(format!("corrupt stored value: {what}"))
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// A cursor over an encoded value.
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn u8(&mut self) -> Result<u8> {
+        let (&x, rest) = self.b.split_first().ok_or_else(|| corrupt("truncated"))?;
+        self.b = rest;
+        Ok(x)
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.b.len() < n {
+            return Err(corrupt("truncated"));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn u64(&mut self) -> Result<u64> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(a))
+    }
+    fn varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7F) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err(corrupt("varint"))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.varint()? as usize;
+        self.take(n)
+    }
+    fn string(&mut self) -> Result<String> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| corrupt("utf-8"))
+    }
+}
+
+fn check_format(r: &mut Reader) -> Result<()> {
+    match r.u8()? {
+        VALUE_FORMAT => Ok(()),
+        v => Err(corrupt(&format!("value format {v}"))),
+    }
+}
+
+pub fn encode_u64(v: u64) -> Vec<u8> {
+    let mut out = vec![VALUE_FORMAT];
+    out.extend_from_slice(&v.to_be_bytes());
+    out
+}
+
+pub fn decode_u64(b: &[u8]) -> Result<u64> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    r.u64()
+}
+
+/// Two counters in one value (per (property, label): records, records holding an array).
+pub fn encode_u64_pair(a: u64, b: u64) -> Vec<u8> {
+    let mut out = encode_u64(a);
+    out.extend_from_slice(&b.to_be_bytes());
+    out
+}
+
+pub fn decode_u64_pair(b: &[u8]) -> Result<(u64, u64)> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    Ok((r.u64()?, r.u64()?))
+}
+
+pub fn encode_uuid(id: &Uuid) -> Vec<u8> {
+    let mut out = vec![VALUE_FORMAT];
+    out.extend_from_slice(id.as_bytes());
+    out
+}
+
+pub fn decode_uuid(b: &[u8]) -> Result<Uuid> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    Uuid::from_slice(r.take(16)?).map_err(|_| corrupt("uuid"))
+}
+
+pub fn encode_str(s: &str) -> Vec<u8> {
+    let mut out = vec![VALUE_FORMAT];
+    put_bytes(&mut out, s.as_bytes());
+    out
+}
+
+pub fn decode_str(b: &[u8]) -> Result<String> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    r.string()
+}
+
+/// Property metadata value: name and type.
+pub fn encode_prop_meta(name: &str, ty: PropType) -> Vec<u8> {
+    let mut out = vec![VALUE_FORMAT, ty as u8];
+    put_bytes(&mut out, name.as_bytes());
+    out
+}
+
+pub fn decode_prop_meta(b: &[u8]) -> Result<(String, PropType)> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    let ty = PropType::from_tag(r.u8()?).ok_or_else(|| corrupt("type tag"))?;
+    Ok((r.string()?, ty))
+}
+
+pub const MARKER: &[u8] = &[VALUE_FORMAT];
+
+/// Record layout: format, row, version, label, property count, then per property
+/// name, type tag, array flag, element count, elements.
+pub fn encode_record(rec: &Record) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(VALUE_FORMAT);
+    out.extend_from_slice(&rec.row.to_be_bytes());
+    out.extend_from_slice(&rec.version.to_be_bytes());
+    put_bytes(&mut out, rec.label.as_bytes());
+    put_varint(&mut out, rec.props.len() as u64);
+    for (name, v) in &rec.props {
+        put_bytes(&mut out, name.as_bytes());
+        out.push(v.ty as u8);
+        out.push(u8::from(v.array));
+        put_varint(&mut out, v.items.len() as u64);
+        for item in &v.items {
+            match item {
+                Scalar::Str(s) => put_bytes(&mut out, s.as_bytes()),
+                Scalar::Int(i) => {
+                    out.push(0);
+                    out.extend_from_slice(&i.to_be_bytes());
+                }
+                Scalar::Float(f) => {
+                    out.push(1);
+                    out.extend_from_slice(&f.to_bits().to_be_bytes());
+                }
+                Scalar::Bool(b) => out.push(u8::from(*b)),
+            }
+        }
+    }
+    out
+}
+
+pub fn decode_record(id: Uuid, b: &[u8]) -> Result<Record> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    let row = r.u64()?;
+    let version = r.u64()?;
+    let label = r.string()?;
+    let n = r.varint()?;
+    let mut props = BTreeMap::new();
+    for _ in 0..n {
+        let name = r.string()?;
+        let ty = PropType::from_tag(r.u8()?).ok_or_else(|| corrupt("type tag"))?;
+        let array = r.u8()? != 0;
+        let count = r.varint()?;
+        let mut items = Vec::with_capacity(count.min(1024) as usize);
+        for _ in 0..count {
+            items.push(match ty {
+                PropType::String | PropType::Datetime => Scalar::Str(r.string()?),
+                PropType::Boolean => Scalar::Bool(r.u8()? != 0),
+                PropType::Number => match r.u8()? {
+                    0 => Scalar::Int(r.u64()? as i64),
+                    _ => Scalar::Float(f64::from_bits(r.u64()?)),
+                },
+            });
+        }
+        props.insert(name, PropValue { ty, array, items });
+    }
+    Ok(Record {
+        id,
+        label,
+        row,
+        version,
+        props,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trip() {
+        let mut props = BTreeMap::new();
+        props.insert("a".into(), PropValue::scalar(PropType::Number, Scalar::Int(-5)));
+        props.insert("b".into(), PropValue::scalar(PropType::Number, Scalar::Float(2.5)));
+        props.insert(
+            "c".into(),
+            PropValue { ty: PropType::String, array: true, items: vec![Scalar::Str("x".into()), Scalar::Str("".into())] },
+        );
+        props.insert("d".into(), PropValue::scalar(PropType::Boolean, Scalar::Bool(true)));
+        props.insert("e".into(), PropValue::scalar(PropType::Datetime, Scalar::Str("2024-01-01".into())));
+        props.insert("f".into(), PropValue { ty: PropType::String, array: true, items: vec![] });
+        let rec = Record { id: Uuid::now_v7(), label: "L".into(), row: 7, version: 9, props };
+        let back = decode_record(rec.id, &encode_record(&rec)).unwrap();
+        assert_eq!(back, rec);
+        assert!(decode_record(rec.id, &[2, 0]).is_err());
+        assert!(decode_record(rec.id, &encode_record(&rec)[..10]).is_err());
+    }
+}

@@ -1,0 +1,232 @@
+//! The small ordered key-value interface the store is written against (get, range, batch
+//! write, commit, snapshot). redb is the embedded implementation; a distributed ordered
+//! transactional store would implement the same surface.
+
+use crate::error::Result;
+use redb::{ReadableTable, TableDefinition};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+/// All engine keys live in one ordered table; the key layout (store/keys.rs) separates them.
+pub const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+
+/// Scan callback: return Ok(false) to stop.
+pub type Visit<'f> = &'f mut dyn FnMut(&[u8], &[u8]) -> Result<bool>;
+
+/// Reads through a consistent view.
+pub trait KvRead {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Visits keys in `[start, end)` in order (or reverse order).
+    fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()>;
+
+    fn scan_prefix(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        self.scan(prefix, &super::keys::prefix_end(prefix), reverse, visit)
+    }
+    fn has_prefix(&self, prefix: &[u8]) -> Result<bool> {
+        let mut found = false;
+        self.scan_prefix(prefix, false, &mut |_, _| {
+            found = true;
+            Ok(false)
+        })?;
+        Ok(found)
+    }
+}
+
+fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    t: &T,
+    start: &[u8],
+    end: &[u8],
+    reverse: bool,
+    visit: Visit,
+) -> Result<()> {
+    let range = t.range::<&[u8]>((Bound::Included(start), Bound::Excluded(end)))?;
+    if reverse {
+        for item in range.rev() {
+            let (k, v) = item?;
+            if !visit(k.value(), v.value())? {
+                break;
+            }
+        }
+    } else {
+        for item in range {
+            let (k, v) = item?;
+            if !visit(k.value(), v.value())? {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An MVCC snapshot: sees exactly the commits that completed before it was opened.
+pub struct Snapshot {
+    table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+}
+
+impl Snapshot {
+    pub fn new(txn: &redb::ReadTransaction) -> Result<Snapshot> {
+        Ok(Snapshot {
+            table: txn.open_table(KV)?,
+        })
+    }
+}
+
+impl KvRead for Snapshot {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.table.get(key)?.map(|g| g.value().to_vec()))
+    }
+    fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        scan_table(&self.table, start, end, reverse, visit)
+    }
+}
+
+impl KvRead for redb::Table<'_, &'static [u8], &'static [u8]> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(ReadableTable::get(self, key)?.map(|g| g.value().to_vec()))
+    }
+    fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        scan_table(self, start, end, reverse, visit)
+    }
+}
+
+/// Pending writes over a base view. A write batch mutates only its overlay; the writer copies
+/// the overlay into the redb transaction only when the whole batch succeeded, so a failing
+/// batch never leaves a partial write in its commit group.
+pub struct Overlay<'b, R: KvRead> {
+    base: &'b R,
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl<'b, R: KvRead> Overlay<'b, R> {
+    pub fn new(base: &'b R) -> Self {
+        Overlay {
+            base,
+            writes: BTreeMap::new(),
+        }
+    }
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.writes.insert(key, Some(value));
+    }
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.writes.insert(key, None);
+    }
+    pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        self.writes
+    }
+}
+
+impl<R: KvRead> KvRead for Overlay<'_, R> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.writes.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.base.get(key),
+        }
+    }
+
+    /// Merges the base range with the pending writes (pending wins on equal keys).
+    fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = {
+            let r = self
+                .writes
+                .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+            if reverse {
+                r.rev().collect()
+            } else {
+                r.collect()
+            }
+        };
+        let mut p = 0;
+        let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+        let mut stopped = false;
+        self.base.scan(start, end, reverse, &mut |k, v| {
+            while p < pending.len() && before(pending[p].0, k) {
+                if let Some(pv) = pending[p].1 {
+                    if !visit(pending[p].0, pv)? {
+                        stopped = true;
+                        return Ok(false);
+                    }
+                }
+                p += 1;
+            }
+            if p < pending.len() && pending[p].0.as_slice() == k {
+                let entry = pending[p].1;
+                p += 1;
+                return match entry {
+                    Some(pv) => {
+                        let go = visit(k, pv)?;
+                        stopped = !go;
+                        Ok(go)
+                    }
+                    None => Ok(true),
+                };
+            }
+            let go = visit(k, v)?;
+            stopped = !go;
+            Ok(go)
+        })?;
+        if !stopped {
+            for (k, v) in &pending[p..] {
+                if let Some(v) = v {
+                    if !visit(k, v)? {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mem(BTreeMap<Vec<u8>, Vec<u8>>);
+    impl KvRead for Mem {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            Ok(self.0.get(key).cloned())
+        }
+        fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+            let r = self.0.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+            let items: Vec<_> = if reverse { r.rev().collect() } else { r.collect() };
+            for (k, v) in items {
+                if !visit(k, v)? {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn overlay_merges_scans_in_both_directions() {
+        let base = Mem([(vec![1], vec![1]), (vec![3], vec![3]), (vec![5], vec![5])].into_iter().collect());
+        let mut ov = Overlay::new(&base);
+        ov.put(vec![2], vec![20]);
+        ov.delete(vec![3]);
+        ov.put(vec![5], vec![50]);
+        ov.put(vec![6], vec![60]);
+        for reverse in [false, true] {
+            let mut seen = Vec::new();
+            ov.scan(&[0], &[9], reverse, &mut |k, v| {
+                seen.push((k[0], v[0]));
+                Ok(true)
+            })
+            .unwrap();
+            let mut want = vec![(1, 1), (2, 20), (5, 50), (6, 60)];
+            if reverse {
+                want.reverse();
+            }
+            assert_eq!(seen, want);
+        }
+        let mut first = None;
+        ov.scan(&[0], &[9], true, &mut |k, _| {
+            first = Some(k[0]);
+            Ok(false)
+        })
+        .unwrap();
+        assert_eq!(first, Some(6));
+        assert_eq!(ov.get(&[3]).unwrap(), None);
+        assert_eq!(ov.get(&[1]).unwrap(), Some(vec![1]));
+    }
+}

@@ -1,0 +1,353 @@
+//! Record writes as the writer applies them, and record reads. Every write keeps the
+//! secondary state exact in the same redb transaction: the label index, the property value
+//! index, property metadata, and the label and (property, label) counters.
+
+use super::codec;
+use super::keys::{self, Key};
+use super::kv::{KvRead, Overlay};
+use crate::error::{Error, Result};
+use crate::model::{infer::PropWrites, PropType, Record};
+use std::collections::BTreeSet;
+use uuid::Uuid;
+
+/// How a put treats the record's existing properties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutMode {
+    /// A new record; its id must not exist yet.
+    Create,
+    /// Keep unspecified properties; null unsets.
+    Merge,
+    /// Remove every property, then write the given ones.
+    Replace,
+}
+
+#[derive(Debug, Clone)]
+pub struct PutRecord {
+    pub id: Uuid,
+    pub mode: PutMode,
+    /// Required for create; for merge/replace a different label retypes the record.
+    pub label: Option<String>,
+    pub props: PropWrites,
+}
+
+/// One logical write. A batch of them is validated and applied atomically.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    Put(PutRecord),
+    Retype { id: Uuid, from: String, to: String },
+    Delete { id: Uuid },
+    DeleteProperty { id: Uuid },
+}
+
+#[derive(Debug, Clone)]
+pub enum WriteOutcome {
+    Record(Box<Record>),
+    Affected(u64),
+}
+
+/// Property metadata as reads report it.
+#[derive(Debug, Clone)]
+pub struct PropertyInfo {
+    pub id: Uuid,
+    pub name: String,
+    pub ty: PropType,
+    pub records_count: u64,
+    pub is_array: bool,
+}
+
+pub fn record_key(tenant: u64, id: &Uuid) -> Vec<u8> {
+    Key::tenant(tenant, keys::RECORD).uuid(id).0
+}
+
+pub fn get_record<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<Option<Record>> {
+    kv.get(&record_key(tenant, id))?
+        .map(|v| codec::decode_record(*id, &v))
+        .transpose()
+}
+
+/// Label -> record count, in label order.
+pub fn label_counts<R: KvRead + ?Sized>(kv: &R, tenant: u64) -> Result<Vec<(String, u64)>> {
+    let prefix = Key::tenant(tenant, keys::LABEL_COUNT).0;
+    let mut out = Vec::new();
+    kv.scan_prefix(&prefix, false, &mut |k, v| {
+        let (label, _) = keys::read_escaped(&k[prefix.len()..])
+            .ok_or_else(|| Error::internal("corrupt label count key"))?;
+        out.push((String::from_utf8_lossy(&label).into_owned(), codec::decode_u64(v)?));
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+pub fn label_count<R: KvRead + ?Sized>(kv: &R, tenant: u64, label: &str) -> Result<u64> {
+    kv.get(&Key::tenant(tenant, keys::LABEL_COUNT).str(label).0)?
+        .map(|v| codec::decode_u64(&v))
+        .unwrap_or(Ok(0))
+}
+
+fn property_info<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: Uuid, meta: &[u8]) -> Result<PropertyInfo> {
+    let (name, ty) = codec::decode_prop_meta(meta)?;
+    let (mut records_count, mut arrays) = (0, 0);
+    kv.scan_prefix(&Key::tenant(tenant, keys::PROP_LABEL_COUNT).uuid(&id).0, false, &mut |_, v| {
+        let (c, a) = codec::decode_u64_pair(v)?;
+        records_count += c;
+        arrays += a;
+        Ok(true)
+    })?;
+    Ok(PropertyInfo {
+        id,
+        name,
+        ty,
+        records_count,
+        is_array: arrays > 0,
+    })
+}
+
+pub fn property<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<Option<PropertyInfo>> {
+    match kv.get(&Key::tenant(tenant, keys::PROP_BY_ID).uuid(id).0)? {
+        Some(meta) => property_info(kv, tenant, *id, &meta).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Every property of the tenant, ordered by (name, type).
+pub fn properties<R: KvRead + ?Sized>(kv: &R, tenant: u64) -> Result<Vec<PropertyInfo>> {
+    let mut ids = Vec::new();
+    kv.scan_prefix(&Key::tenant(tenant, keys::PROP_BY_NAME).0, false, &mut |_, v| {
+        ids.push(codec::decode_uuid(v)?);
+        Ok(true)
+    })?;
+    ids.iter()
+        .filter_map(|id| property(kv, tenant, id).transpose())
+        .collect()
+}
+
+/// Applies write ops for one tenant on an overlay. Reads see the overlay, so later ops of a
+/// batch see earlier ones.
+pub struct RecordWriter<'o, 'b, R: KvRead> {
+    pub ov: &'o mut Overlay<'b, R>,
+    pub tenant: u64,
+    /// The commit sequence this batch is stamped with: the version of every record it writes.
+    pub seq: u64,
+    /// Properties that lost holders in this batch; their metadata goes if nothing holds them.
+    touched: BTreeSet<Uuid>,
+}
+
+impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
+    pub fn new(ov: &'o mut Overlay<'b, R>, tenant: u64, seq: u64) -> Self {
+        RecordWriter {
+            ov,
+            tenant,
+            seq,
+            touched: BTreeSet::new(),
+        }
+    }
+
+    fn key(&self, kind: u8) -> Key {
+        Key::tenant(self.tenant, kind)
+    }
+
+    fn add_count(&mut self, key: Vec<u8>, delta: i64) -> Result<()> {
+        let cur = self.ov.get(&key)?.map(|v| codec::decode_u64(&v)).transpose()?.unwrap_or(0);
+        let next = cur.saturating_add_signed(delta);
+        if next == 0 {
+            self.ov.delete(key);
+        } else {
+            self.ov.put(key, codec::encode_u64(next));
+        }
+        Ok(())
+    }
+
+    fn add_pair(&mut self, key: Vec<u8>, delta: i64, array_delta: i64) -> Result<()> {
+        let (c, a) = self
+            .ov
+            .get(&key)?
+            .map(|v| codec::decode_u64_pair(&v))
+            .transpose()?
+            .unwrap_or((0, 0));
+        let (c, a) = (c.saturating_add_signed(delta), a.saturating_add_signed(array_delta));
+        if c == 0 {
+            self.ov.delete(key);
+        } else {
+            self.ov.put(key, codec::encode_u64_pair(c, a));
+        }
+        Ok(())
+    }
+
+    fn prop_id(&mut self, name: &str, ty: PropType, create: bool) -> Result<Option<Uuid>> {
+        let by_name = self.key(keys::PROP_BY_NAME).str(name).u8(ty as u8).0;
+        if let Some(v) = self.ov.get(&by_name)? {
+            return codec::decode_uuid(&v).map(Some);
+        }
+        if !create {
+            return Ok(None);
+        }
+        let id = Uuid::now_v7();
+        self.ov.put(by_name, codec::encode_uuid(&id));
+        self.ov.put(self.key(keys::PROP_BY_ID).uuid(&id).0, codec::encode_prop_meta(name, ty));
+        Ok(Some(id))
+    }
+
+    fn next_row(&mut self) -> Result<u64> {
+        let key = self.key(keys::ROW_SEQ).0;
+        let row = self.ov.get(&key)?.map(|v| codec::decode_u64(&v)).transpose()?.unwrap_or(0) + 1;
+        self.ov.put(key, codec::encode_u64(row));
+        Ok(row)
+    }
+
+    fn index(&mut self, rec: &Record, add: bool) -> Result<()> {
+        let delta = if add { 1 } else { -1 };
+        let label_key = self.key(keys::LABEL_INDEX).str(&rec.label).uuid(&rec.id).0;
+        if add {
+            self.ov.put(label_key, codec::MARKER.to_vec());
+        } else {
+            self.ov.delete(label_key);
+        }
+        self.add_count(self.key(keys::LABEL_COUNT).str(&rec.label).0, delta)?;
+        for (name, value) in &rec.props {
+            let Some(pid) = self.prop_id(name, value.ty, add)? else {
+                continue;
+            };
+            for item in &value.items {
+                let k = self.key(keys::PROP_INDEX).uuid(&pid).scalar(value.ty, item).uuid(&rec.id).0;
+                if add {
+                    self.ov.put(k, codec::MARKER.to_vec());
+                } else {
+                    self.ov.delete(k);
+                }
+            }
+            let count_key = self.key(keys::PROP_LABEL_COUNT).uuid(&pid).str(&rec.label).0;
+            self.add_pair(count_key, delta, if value.array { delta } else { 0 })?;
+            if !add {
+                self.touched.insert(pid);
+            }
+        }
+        Ok(())
+    }
+
+    fn store(&mut self, rec: &Record) {
+        self.ov.put(record_key(self.tenant, &rec.id), codec::encode_record(rec));
+    }
+
+    fn load(&self, id: &Uuid) -> Result<Record> {
+        get_record(&*self.ov, self.tenant, id)?
+            .ok_or_else(|| Error::not_found(format!("record {id} not found")))
+    }
+
+    /// Replaces `old` by `new` in the store and every index.
+    fn rewrite(&mut self, old: &Record, new: &Record) -> Result<()> {
+        self.index(old, false)?;
+        self.index(new, true)?;
+        self.store(new);
+        Ok(())
+    }
+
+    pub fn apply(&mut self, op: WriteOp) -> Result<WriteOutcome> {
+        match op {
+            WriteOp::Put(p) => self.put(p).map(|r| WriteOutcome::Record(Box::new(r))),
+            WriteOp::Retype { id, from, to } => {
+                let old = self.load(&id)?;
+                if old.label != from {
+                    return Err(Error::conflict(format!(
+                        "record {id} has label '{}', not '{from}'",
+                        old.label
+                    )));
+                }
+                let new = Record {
+                    label: to,
+                    version: self.seq,
+                    ..old.clone()
+                };
+                self.rewrite(&old, &new)?;
+                Ok(WriteOutcome::Record(Box::new(new)))
+            }
+            WriteOp::Delete { id } => {
+                let old = self.load(&id)?;
+                self.index(&old, false)?;
+                self.ov.delete(record_key(self.tenant, &id));
+                Ok(WriteOutcome::Affected(1))
+            }
+            WriteOp::DeleteProperty { id } => self.delete_property(&id).map(WriteOutcome::Affected),
+        }
+    }
+
+    fn put(&mut self, p: PutRecord) -> Result<Record> {
+        if p.mode == PutMode::Create {
+            if self.ov.get(&record_key(self.tenant, &p.id))?.is_some() {
+                return Err(Error::conflict(format!("record {} already exists", p.id)));
+            }
+            let label = p.label.ok_or_else(|| Error::invalid("label is required"))?;
+            let rec = Record {
+                id: p.id,
+                label,
+                row: self.next_row()?,
+                version: self.seq,
+                props: p.props.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect(),
+            };
+            self.index(&rec, true)?;
+            self.store(&rec);
+            return Ok(rec);
+        }
+        let old = self.load(&p.id)?;
+        let mut new = Record {
+            label: p.label.unwrap_or_else(|| old.label.clone()),
+            version: self.seq,
+            ..old.clone()
+        };
+        if p.mode == PutMode::Replace {
+            new.props.clear();
+        }
+        for (k, v) in p.props {
+            match v {
+                Some(v) => new.props.insert(k, v),
+                None => new.props.remove(&k),
+            };
+        }
+        self.rewrite(&old, &new)?;
+        Ok(new)
+    }
+
+    fn delete_property(&mut self, pid: &Uuid) -> Result<u64> {
+        let meta = self
+            .ov
+            .get(&self.key(keys::PROP_BY_ID).uuid(pid).0)?
+            .ok_or_else(|| Error::not_found(format!("property {pid} not found")))?;
+        let (name, ty) = codec::decode_prop_meta(&meta)?;
+        let prefix = self.key(keys::PROP_INDEX).uuid(pid).0;
+        let mut holders = BTreeSet::new();
+        self.ov.scan_prefix(&prefix, false, &mut |k, _| {
+            let id = Uuid::from_slice(&k[k.len() - 16..]).map_err(|_| Error::internal("corrupt index key"))?;
+            holders.insert(id);
+            Ok(true)
+        })?;
+        for id in &holders {
+            let old = self.load(id)?;
+            let mut new = Record {
+                version: self.seq,
+                ..old.clone()
+            };
+            if new.props.get(&name).is_some_and(|v| v.ty == ty) {
+                new.props.remove(&name);
+                self.rewrite(&old, &new)?;
+            }
+        }
+        self.touched.insert(*pid);
+        Ok(holders.len() as u64)
+    }
+
+    /// Drops metadata of properties no record holds any more. Runs once per batch, after all
+    /// ops, so a property rewritten within the batch keeps its id.
+    pub fn finish(&mut self) -> Result<()> {
+        for pid in std::mem::take(&mut self.touched) {
+            if self.ov.has_prefix(&self.key(keys::PROP_LABEL_COUNT).uuid(&pid).0)? {
+                continue;
+            }
+            let by_id = self.key(keys::PROP_BY_ID).uuid(&pid).0;
+            if let Some(meta) = self.ov.get(&by_id)? {
+                let (name, ty) = codec::decode_prop_meta(&meta)?;
+                self.ov.delete(self.key(keys::PROP_BY_NAME).str(&name).u8(ty as u8).0);
+                self.ov.delete(by_id);
+            }
+        }
+        Ok(())
+    }
+}

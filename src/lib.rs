@@ -6,3 +6,8 @@ pub mod model;
 pub mod store;
 pub mod engine;
 pub mod protocol;
+pub mod config;
+pub mod metrics;
+pub mod wire;
+pub mod cli;
+pub mod server;

@@ -1,0 +1,150 @@
+//! Server configuration: built-in defaults < config file < environment < flags.
+//! The file carries a schema version; another version is refused at startup. Secrets (the
+//! bootstrap token, the capability secret) never live in the file.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const CONFIG_SCHEMA_VERSION: i64 = 1;
+pub const DEV_TOKEN: &str = "dev-token";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    pub schema_version: i64,
+    pub data_dir: PathBuf,
+    /// Tenancy mode of a new data directory; an existing one keeps the mode it was created with.
+    pub multitenant: bool,
+    pub listen: Listen,
+    pub limits: Limits,
+    pub rest: Rest,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Listen {
+    pub http: String,
+    pub grpc: String,
+    pub pg: String,
+    pub bolt: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest request body, bytes (413 above it).
+    pub max_body_bytes: u64,
+    /// Deepest JSON nesting of a request body (400 above it; at most 128).
+    pub max_json_depth: usize,
+    /// Time budget of one request, milliseconds (408 when exceeded).
+    pub request_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Rest {
+    /// `spec` (list results as `data: {data, total}`) or `flat` (`data: [...], total`).
+    pub envelope: String,
+}
+
+impl Default for FileConfig {
+    fn default() -> Self {
+        FileConfig {
+            schema_version: CONFIG_SCHEMA_VERSION,
+            data_dir: PathBuf::from("./data"),
+            multitenant: false,
+            listen: Listen::default(),
+            limits: Limits::default(),
+            rest: Rest::default(),
+        }
+    }
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Listen {
+            http: "127.0.0.1:3000".into(),
+            grpc: "127.0.0.1:50051".into(),
+            pg: "127.0.0.1:5433".into(),
+            bolt: "127.0.0.1:7687".into(),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 32 * 1024 * 1024,
+            max_json_depth: 64,
+            request_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl Default for Rest {
+    fn default() -> Self {
+        Rest { envelope: "spec".into() }
+    }
+}
+
+impl FileConfig {
+    /// Reads a config file. Settings missing from it take their defaults.
+    pub fn load(path: &Path) -> Result<FileConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<FileConfig, String> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        match table.get("schema_version").and_then(toml::Value::as_integer) {
+            Some(CONFIG_SCHEMA_VERSION) => {}
+            Some(v) => {
+                return Err(format!(
+                    "config version mismatch: the file has schema_version {v}; this build uses schema_version {CONFIG_SCHEMA_VERSION}"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "config version mismatch: the file has no schema_version; this build uses schema_version {CONFIG_SCHEMA_VERSION}"
+                ))
+            }
+        }
+        let cfg: FileConfig = table.try_into().map_err(|e: toml::de::Error| e.to_string())?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.rest.envelope != "spec" && self.rest.envelope != "flat" {
+            return Err(format!("rest.envelope must be \"spec\" or \"flat\", not {:?}", self.rest.envelope));
+        }
+        if !(1..=128).contains(&self.limits.max_json_depth) {
+            return Err("limits.max_json_depth must be between 1 and 128".into());
+        }
+        if self.limits.max_body_bytes == 0 || self.limits.request_timeout_ms == 0 {
+            return Err("limits.max_body_bytes and limits.request_timeout_ms must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_equals_the_defaults() {
+        let example = FileConfig::parse(include_str!("../packaging/engine.toml")).unwrap();
+        assert_eq!(example, FileConfig::default());
+    }
+
+    #[test]
+    fn schema_version_is_checked_and_missing_settings_default() {
+        assert!(FileConfig::parse("schema_version = 2").unwrap_err().starts_with("config version mismatch"));
+        assert!(FileConfig::parse("data_dir = \"x\"").unwrap_err().starts_with("config version mismatch"));
+        let c = FileConfig::parse("schema_version = 1\n[listen]\nhttp = \"127.0.0.1:0\"").unwrap();
+        assert_eq!(c.listen.http, "127.0.0.1:0");
+        assert_eq!(c.listen.grpc, Listen::default().grpc);
+        assert!(FileConfig::parse("schema_version = 1\ntoken = \"x\"").is_err());
+    }
+}

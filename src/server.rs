@@ -1,0 +1,188 @@
+//! Server lifecycle: resolve the configuration, open the store, bind the listeners, report
+//! their bound addresses, and shut down gracefully (stop accepting, finish in-flight
+//! requests, let the writer commit what is queued, exit 0).
+
+use crate::cli::ServeArgs;
+use crate::config::{FileConfig, DEV_TOKEN};
+use crate::engine::{Engine, EngineConfig};
+use crate::metrics::Metrics;
+use crate::store::{Store, TenancyMode};
+use crate::wire::http::{self, HttpState};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long in-flight requests get to finish at shutdown.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The resolved configuration of a running server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub file: FileConfig,
+    pub token: String,
+    pub capability_secret: Option<Vec<u8>>,
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if s.is_empty() || s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Applies defaults < file < environment < flags (clap has already merged env under flags).
+pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
+    let mut file = match &args.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    if let Some(d) = args.data_dir {
+        file.data_dir = d;
+    }
+    if args.multitenant {
+        file.multitenant = true;
+    }
+    if let Some(a) = args.http_addr {
+        file.listen.http = a;
+    }
+    if let Some(a) = args.grpc_addr {
+        file.listen.grpc = a;
+    }
+    if let Some(a) = args.pg_addr {
+        file.listen.pg = a;
+    }
+    if let Some(a) = args.bolt_addr {
+        file.listen.bolt = a;
+    }
+    if let Some(b) = args.max_body_bytes {
+        file.limits.max_body_bytes = b;
+    }
+    if let Some(e) = args.rest_envelope {
+        file.rest.envelope = e;
+    }
+    file.validate()?;
+    let capability_secret = match args.capability_secret {
+        Some(hex) => Some(decode_hex(&hex).ok_or("the capability secret must be an even-length hex string")?),
+        None => None,
+    };
+    Ok(ServerConfig {
+        file,
+        token: args.token.unwrap_or_else(|| DEV_TOKEN.to_string()),
+        capability_secret,
+    })
+}
+
+fn parse_addr(what: &str, a: &str) -> Result<SocketAddr, String> {
+    a.parse().map_err(|_| format!("{what} address {a:?} is not an ip:port"))
+}
+
+fn announce(kind: &str, addr: SocketAddr) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "listening {kind} {addr}");
+    let _ = out.flush();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+            return;
+        }
+    }
+    let _ = ctrl_c.await;
+}
+
+/// Runs the server until SIGTERM/SIGINT.
+pub async fn run(cfg: ServerConfig) -> Result<(), String> {
+    let http_addr = parse_addr("HTTP", &cfg.file.listen.http)?;
+    if cfg.token == DEV_TOKEN {
+        if !http_addr.ip().is_loopback() {
+            return Err(format!(
+                "refusing to listen on non-loopback address {http_addr} with the development token; set --token or SERVICE_TOKEN"
+            ));
+        }
+        crate::log::warn("running with the development token `dev-token`: set --token or SERVICE_TOKEN outside local development");
+    }
+    let mode = if cfg.file.multitenant { TenancyMode::Multi } else { TenancyMode::Single };
+    let data_dir = cfg.file.data_dir.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&data_dir, mode))
+        .await
+        .map_err(|e| format!("store open task failed: {e}"))?
+        .map_err(|e| e.message)?;
+    let engine = Arc::new(Engine::new(
+        store,
+        EngineConfig {
+            bootstrap_token: cfg.token.clone(),
+            capability_secret: cfg.capability_secret.clone(),
+        },
+    ));
+    let state = Arc::new(HttpState {
+        engine: engine.clone(),
+        metrics: Metrics::default(),
+        limits: cfg.file.limits.clone(),
+        flat_lists: cfg.file.rest.envelope == "flat",
+    });
+    let listener = tokio::net::TcpListener::bind(http_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    crate::log::info(&format!(
+        "engine {} serving data directory {} in {}",
+        env!("CARGO_PKG_VERSION"),
+        cfg.file.data_dir.display(),
+        mode.describe()
+    ));
+    announce("http", bound);
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let builder = http::connection_builder();
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(c) => c,
+                    Err(e) => {
+                        crate::log::warn(&format!("accept failed: {e}"));
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let state = state.clone();
+                let conn = builder.serve_connection(
+                    TokioIo::new(stream),
+                    service_fn(move |req| http::handle(state.clone(), req)),
+                );
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = &mut signal => break,
+        }
+    }
+    drop(listener);
+    crate::log::info("shutting down: finishing in-flight requests");
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
+        crate::log::warn("some connections did not finish in time");
+    }
+    tokio::task::spawn_blocking(move || engine.store.shutdown())
+        .await
+        .map_err(|e| format!("store shutdown failed: {e}"))?;
+    crate::log::info("stopped");
+    Ok(())
+}

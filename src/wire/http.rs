@@ -1,0 +1,287 @@
+//! HTTP front-end: REST under `/api/v1`, the Protocol v1 envelope at `/protocol/v1/execute`,
+//! `/health`, `/metrics`, and the settings routes.
+
+mod rest;
+
+use crate::config::Limits;
+use crate::engine::{Engine, Envelope, Transport};
+use crate::error::{Error, ErrorCode, Result};
+use crate::metrics::Metrics;
+use crate::protocol::{self, render, RequestEnvelope, PROTOCOL_VERSION};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub type HttpResponse = Response<Full<Bytes>>;
+
+/// Everything a request handler needs; shared by all connections.
+pub struct HttpState {
+    pub engine: Arc<Engine>,
+    pub metrics: Metrics,
+    pub limits: Limits,
+    /// List results flat (`data: [...], total`) instead of SPEC.md's `data: {data, total}`.
+    pub flat_lists: bool,
+}
+
+/// Serves one accepted connection until it closes.
+pub fn connection_builder() -> hyper::server::conn::http1::Builder {
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.keep_alive(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .max_buf_size(1024 * 1024);
+    b
+}
+
+fn json_response(status: u16, body: &Value) -> HttpResponse {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut r = Response::new(Full::new(Bytes::from(bytes)));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn text_response(status: u16, body: String, content_type: &'static str) -> HttpResponse {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// REST error body (BEHAVIOUR.md §4).
+fn rest_error(e: &Error) -> HttpResponse {
+    let status = e.code.http_status();
+    let reason = StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error");
+    json_response(
+        status,
+        &json!({"success": false, "statusCode": status, "error": reason, "code": e.code.as_str(), "message": e.message}),
+    )
+}
+
+fn protocol_error(e: &Error) -> HttpResponse {
+    json_response(e.code.http_status(), &render::error(e))
+}
+
+fn header<'a>(h: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+    names.iter().find_map(|n| h.get(*n).and_then(|v| v.to_str().ok()))
+}
+
+/// The credential as sent: `Authorization: Bearer`, `X-Service-Token` or `token`.
+fn credential(h: &HeaderMap) -> Option<String> {
+    if let Some(auth) = header(h, &["authorization"]) {
+        let mut parts = auth.splitn(2, ' ');
+        if let (Some(scheme), Some(token)) = (parts.next(), parts.next()) {
+            if scheme.eq_ignore_ascii_case("bearer") {
+                return Some(token.trim().to_string());
+            }
+        }
+    }
+    header(h, &["x-service-token", "token"]).map(str::to_string)
+}
+
+/// Parts of a request that travel into the envelope.
+pub struct RequestMeta {
+    credential: Option<String>,
+    tenant: Option<String>,
+    transaction: Option<String>,
+}
+
+impl RequestMeta {
+    fn from_headers(h: &HeaderMap) -> Self {
+        RequestMeta {
+            credential: credential(h),
+            tenant: header(h, &["x-service-tenant", "x-rushdb-tenant"]).map(str::to_string),
+            transaction: header(h, &["x-transaction-id"]).map(str::to_string),
+        }
+    }
+
+    fn envelope(&self, transport: Transport, scope: Option<String>, operation: protocol::Operation) -> Envelope {
+        Envelope {
+            credential: self.credential.clone(),
+            tenant_header: self.tenant.clone(),
+            scope,
+            transport,
+            transaction: self.transaction.clone(),
+            operation,
+        }
+    }
+}
+
+/// Rejects JSON nested deeper than `max` before parsing (a bounded scan, no recursion).
+fn check_depth(body: &[u8], max: usize) -> Result<()> {
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    for &b in body {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(Error::invalid(format!("JSON body is nested deeper than {max} levels")));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Reads the body within the size cap and parses it as JSON (an empty body is `{}`).
+async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
+    let too_large = || {
+        Error::new(
+            ErrorCode::PayloadTooLarge,
+            format!("request body is larger than {} bytes", limits.max_body_bytes),
+        )
+    };
+    if let Some(len) = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
+        if len > limits.max_body_bytes {
+            return Err(too_large());
+        }
+    }
+    let body = Limited::new(req.into_body(), limits.max_body_bytes as usize)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                too_large()
+            } else {
+                Error::invalid(format!("could not read the request body: {e}"))
+            }
+        })?
+        .to_bytes();
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    check_depth(&body, limits.max_json_depth)?;
+    serde_json::from_slice(&body).map_err(|e| Error::invalid(format!("malformed JSON body: {e}")))
+}
+
+/// Entry of every HTTP request: routes, times, counts.
+pub async fn handle(state: Arc<HttpState>, req: Request<Incoming>) -> std::result::Result<HttpResponse, std::convert::Infallible> {
+    let start = Instant::now();
+    let method = method_name(req.method());
+    let timeout = Duration::from_millis(state.limits.request_timeout_ms);
+    let (route, resp) = match tokio::time::timeout(timeout, route(&state, req)).await {
+        Ok(r) => r,
+        Err(_) => (
+            "timeout",
+            rest_error(&Error::new(ErrorCode::Timeout, format!("request exceeded its {} ms time budget", timeout.as_millis()))),
+        ),
+    };
+    state.metrics.observe(route, method, resp.status().as_u16(), start.elapsed());
+    Ok(resp)
+}
+
+fn method_name(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+/// Dispatches on path; returns the route template (for metrics) and the response.
+async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, HttpResponse) {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let path = if path.is_empty() { "/".to_string() } else { path };
+    match (req.method().clone(), path.as_str()) {
+        (Method::GET, "/health") => ("/health", json_response(200, &json!({"status": "ok"}))),
+        (Method::GET, "/api/v1/settings") => ("/api/v1/settings", settings(state)),
+        (Method::GET, "/metrics") => ("/metrics", metrics(state, req.headers()).await),
+        (Method::POST, "/protocol/v1/execute") => ("/protocol/v1/execute", execute_protocol(state, req).await),
+        (_, p) if p.starts_with("/.well-known/") || p.starts_with("/oauth/") => (
+            "/oauth",
+            rest_error(&Error::unsupported("the OAuth 2.1 authorization server")),
+        ),
+        (_, p) if p.starts_with("/api/v1/") => rest::route(state, req).await,
+        _ => (
+            "unmatched",
+            rest_error(&Error::not_found(format!("no route for {} {}", req.method(), crate::model::truncate(&path, 200)))),
+        ),
+    }
+}
+
+fn settings(state: &HttpState) -> HttpResponse {
+    let b = state.engine.build_info();
+    json_response(
+        200,
+        &json!({"success": true, "data": {
+            "selfHosted": true,
+            "version": b.version,
+            "protocolVersion": PROTOCOL_VERSION,
+            "storageFormatVersion": b.storage_format_version,
+            "multitenant": b.multitenant,
+            "restEnvelope": if state.flat_lists { "flat" } else { "spec" },
+            "features": {
+                "records": true, "search": false, "relationships": false, "transactions": false,
+                "import": false, "export": false, "vectorSearch": false, "sql": false, "bolt": false, "grpc": false
+            }
+        }}),
+    )
+}
+
+async fn metrics(state: &HttpState, headers: &HeaderMap) -> HttpResponse {
+    let meta = RequestMeta::from_headers(headers);
+    if let Err(e) = state.engine.authorize_metrics(meta.credential.as_deref()) {
+        return rest_error(&e);
+    }
+    match state.engine.totals() {
+        Ok((records, tenants)) => text_response(200, state.metrics.render(records, tenants), "text/plain; version=0.0.4"),
+        Err(e) => rest_error(&e),
+    }
+}
+
+async fn execute_protocol(state: &HttpState, req: Request<Incoming>) -> HttpResponse {
+    let meta = RequestMeta::from_headers(req.headers());
+    let result = async {
+        let body = read_json(req, &state.limits).await?;
+        if let Some(v) = body.get("protocolVersion") {
+            if v.as_i64() != Some(PROTOCOL_VERSION) {
+                return Err(Error::invalid(format!(
+                    "unsupported protocolVersion {v}; this engine speaks protocolVersion {PROTOCOL_VERSION}"
+                )));
+            }
+        }
+        let env: RequestEnvelope = protocol::decode(body, "body")?;
+        let scope = env.context.and_then(|c| c.scope);
+        let outcome = state.engine.execute(meta.envelope(Transport::Protocol, scope, env.operation)).await?;
+        Ok(json_response(200, &render::success(&outcome)))
+    }
+    .await;
+    result.unwrap_or_else(|e| protocol_error(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_check_ignores_brackets_in_strings() {
+        assert!(check_depth(br#"{"a": "[[[[[[[[[[[[["}"#, 2).is_ok());
+        assert!(check_depth(br#"{"a": [[1]]}"#, 2).is_err());
+        assert!(check_depth(br#"{"a": "\"[[[", "b": [1]}"#, 2).is_ok());
+    }
+}

@@ -1,0 +1,315 @@
+//! REST routes under `/api/v1`. Each route is a translation into one Protocol v1
+//! [`Operation`] plus a rendering of its outcome in the REST envelope (BEHAVIOUR.md §1, §4).
+
+use super::{json_response, read_json, rest_error, HttpResponse, HttpState, RequestMeta};
+use crate::engine::{Outcome, Transport};
+use crate::error::{Error, Result};
+use crate::model::infer::PropertyInput;
+use crate::model::Record;
+use crate::protocol::{
+    self, DeletePropertyOp, DeleteRecordOp, DescribeOp, DescribeQuery, DocQuery, IdRef, InlineVector, Mutation, Operation,
+    PropertyValuesOp, PropertyValuesQuery, PutMode, PutRecordOp, QueryDocument, QueryOp, RecordQuery, WriteOptions,
+};
+use crate::store::records::PropertyInfo;
+use hyper::body::Incoming;
+use hyper::{Method, Request};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+/// REST record JSON: SPEC.md keys plus the system keys SDKs read. A user property named
+/// `id` or `label` is shown under that key; the identity stays under `__id`/`__label`.
+pub fn record_json(r: &Record) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), json!(r.id.to_string()));
+    m.insert("label".into(), json!(r.label));
+    let mut types = Map::new();
+    for (k, v) in &r.props {
+        m.insert(k.clone(), v.to_json());
+        types.insert(k.clone(), json!(v.ty.name()));
+    }
+    m.insert("__id".into(), json!(r.id.to_string()));
+    m.insert("__label".into(), json!(r.label));
+    m.insert("__proptypes".into(), Value::Object(types));
+    Value::Object(m)
+}
+
+fn property_json(p: &PropertyInfo) -> Value {
+    json!({"id": p.id.to_string(), "name": p.name, "type": p.ty.name(), "metadata": "", "recordsCount": p.records_count})
+}
+
+fn ok(status: u16, data: Value) -> HttpResponse {
+    json_response(status, &json!({"success": true, "data": data}))
+}
+
+fn list(state: &HttpState, items: Vec<Value>, total: u64) -> HttpResponse {
+    if state.flat_lists {
+        json_response(200, &json!({"success": true, "data": items, "total": total}))
+    } else {
+        ok(200, json!({"data": items, "total": total}))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct CreateBody {
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    data: Option<Map<String, Value>>,
+    #[serde(default)]
+    properties: Option<Vec<PropertyInput>>,
+    #[serde(default)]
+    options: Option<WriteOptions>,
+    #[serde(default)]
+    vectors: Option<Vec<InlineVector>>,
+}
+
+/// SearchDto (SPEC.md), translated into a QueryDocument.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SearchBody {
+    #[serde(default)]
+    limit: Option<i64>,
+    #[serde(default)]
+    skip: Option<i64>,
+    #[serde(default)]
+    order_by: Option<Value>,
+    #[serde(default, rename = "where")]
+    where_: Option<Value>,
+    #[serde(default)]
+    select: Option<Value>,
+    #[serde(default)]
+    aggregate: Option<Value>,
+    #[serde(default)]
+    labels: Option<Vec<String>>,
+    #[serde(default)]
+    group_by: Option<Vec<String>>,
+}
+
+impl SearchBody {
+    fn document(self) -> QueryDocument {
+        QueryDocument {
+            labels: self.labels,
+            predicate: self.where_,
+            order: self.order_by,
+            offset: self.skip,
+            limit: self.limit,
+            select: self.select,
+            aggregate: self.aggregate,
+            group_by: self.group_by,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ValuesBody {
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    order_by: Option<String>,
+    #[serde(default)]
+    skip: Option<i64>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+/// An edit body (PATCH/PUT). When it has neither `data` nor `properties`, it is flat: its
+/// keys other than `label`, `options` and `vectors` are the data (BEHAVIOUR.md §1).
+fn edit_op(id: &str, mode: PutMode, body: Value) -> Result<Operation> {
+    let Value::Object(mut m) = body else {
+        return Err(Error::invalid("body must be a JSON object"));
+    };
+    let flat = !m.contains_key("data") && !m.contains_key("properties");
+    let label = match m.remove("label") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => return Err(Error::invalid("body.label: must be a string")),
+    };
+    let vectors: Option<Vec<InlineVector>> = m.remove("vectors").map(|v| protocol::decode(v, "body.vectors")).transpose()?;
+    let options: Option<WriteOptions> = m.remove("options").map(|v| protocol::decode(v, "body.options")).transpose()?;
+    let (data, typed) = if flat {
+        (m, None)
+    } else {
+        let data: Option<Map<String, Value>> = m.remove("data").map(|v| protocol::decode(v, "body.data")).transpose()?;
+        let typed: Option<Vec<PropertyInput>> =
+            m.remove("properties").map(|v| protocol::decode(v, "body.properties")).transpose()?;
+        (data.unwrap_or_default(), typed)
+    };
+    Ok(Operation::Mutate(Mutation::PutRecord(PutRecordOp {
+        mode,
+        label,
+        id: Some(id.to_string()),
+        properties: Some(data),
+        typed_properties: typed,
+        vectors,
+        options,
+    })))
+}
+
+/// Routes `/api/v1/...`; returns the route template and the response.
+pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, HttpResponse) {
+    let meta = RequestMeta::from_headers(req.headers());
+    let method = req.method().clone();
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let segs: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
+    let (template, result) = match (&method, segs.as_slice()) {
+        (&Method::POST, ["records"]) => ("/api/v1/records", create(state, &meta, req).await),
+        (&Method::POST, ["records", "search"]) => ("/api/v1/records/search", search(state, &meta, req).await),
+        (&Method::POST, ["query", "records", "find"]) => ("/api/v1/query/records/find", search(state, &meta, req).await),
+        (&Method::POST, ["records", "delete"]) => ("/api/v1/records/delete", delete_many(state, &meta, req).await),
+        (&Method::GET, ["records", id]) => ("/api/v1/records/{id}", {
+            let op = Operation::Query(QueryOp::Record(RecordQuery { id: id.to_string() }));
+            run(state, &meta, op).await.map(|o| match o {
+                Outcome::Record(r) => ok(200, record_json(&r)),
+                other => unexpected(other),
+            })
+        }),
+        (&Method::PATCH, ["records", id]) => ("/api/v1/records/{id}", edit(state, &meta, req, id, PutMode::Merge).await),
+        (&Method::PUT, ["records", id]) => ("/api/v1/records/{id}", edit(state, &meta, req, id, PutMode::Replace).await),
+        (&Method::DELETE, ["records", id]) => ("/api/v1/records/{id}", {
+            let op = Operation::Mutate(Mutation::DeleteRecord(DeleteRecordOp { id: Some(id.to_string()), record: None }));
+            run(state, &meta, op).await.map(|_| ok(200, json!({"message": "Record deleted"})))
+        }),
+        (&Method::POST, ["labels", "search"]) => ("/api/v1/labels/search", labels(state, &meta, req).await),
+        (&Method::POST, ["properties", "search"]) => ("/api/v1/properties/search", properties(state, &meta, req).await),
+        (&Method::GET, ["properties", id]) => ("/api/v1/properties/{id}", {
+            let op = Operation::Describe(DescribeOp::Property(IdRef { id: id.to_string() }));
+            run(state, &meta, op).await.map(|o| match o {
+                Outcome::Property(p) => ok(200, property_json(&p)),
+                other => unexpected(other),
+            })
+        }),
+        (&Method::DELETE, ["properties", id]) => ("/api/v1/properties/{id}", {
+            let op = Operation::Mutate(Mutation::DeleteProperty(DeletePropertyOp { id: Some(id.to_string()), name: None }));
+            run(state, &meta, op).await.map(|o| match o {
+                Outcome::Affected(n) => ok(200, json!({"message": format!("Property deleted from {n} record(s)")})),
+                other => unexpected(other),
+            })
+        }),
+        (&Method::POST, ["properties", id, "values"]) => ("/api/v1/properties/{id}/values", {
+            let id = id.to_string();
+            async {
+                let b: ValuesBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+                let q = PropertyValuesQuery {
+                    query: b.query,
+                    order: b.order_by,
+                    offset: b.skip,
+                    limit: b.limit,
+                    labels: None,
+                    predicate: None,
+                };
+                let op = Operation::Query(QueryOp::PropertyValues(PropertyValuesOp { property: id, query: q }));
+                run(state, &meta, op).await.map(unexpected)
+            }
+            .await
+        }),
+        (&Method::GET, ["sdk", "settings"]) => ("/api/v1/sdk/settings", {
+            match state.engine.authenticate(meta.credential.as_deref()) {
+                Ok(_) => Ok(super::settings(state)),
+                Err(e) => Err(e),
+            }
+        }),
+        _ => match later_route(&method, &segs) {
+            Some((template, what)) => (template, {
+                state.engine.authenticate(meta.credential.as_deref()).and_then(|_| Err(Error::unsupported(what)))
+            }),
+            None => (
+                "unmatched",
+                Err(Error::not_found(format!("no route for {method} {}", crate::model::truncate(&path, 200)))),
+            ),
+        },
+    };
+    (template, result.unwrap_or_else(|e| rest_error(&e)))
+}
+
+/// Routes of SPEC.md whose capability has not landed yet: they answer 501 `unsupported`
+/// (after authentication) rather than 404, naming the capability.
+fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static str)> {
+    Some(match (method, segs) {
+        (&Method::POST, ["records", _, "search"]) => ("/api/v1/records/{id}/search", "search among related records"),
+        (&Method::POST, ["records", "import", "json"]) => ("/api/v1/records/import/json", "JSON import"),
+        (&Method::POST, ["records", "import", "csv"]) => ("/api/v1/records/import/csv", "CSV import"),
+        (&Method::POST, ["records", "export", "csv"]) => ("/api/v1/records/export/csv", "CSV export"),
+        (_, ["records", _, "relationships"]) => ("/api/v1/records/{id}/relationships", "relationships"),
+        (_, ["relationships", ..]) => ("/api/v1/relationships", "relationships"),
+        (_, ["tx", ..]) => ("/api/v1/tx", "transactions"),
+        (_, ["query", "raw"]) => ("/api/v1/query/raw", "raw graph queries (no customer-owned graph database is connected)"),
+        (_, ["ai", ..]) => ("/api/v1/ai", "embedding indexes and AI search"),
+        (_, ["billing", ..]) => ("/api/v1/billing", "billing (a hosted-offering feature)"),
+        _ => return None,
+    })
+}
+
+fn unexpected(o: Outcome) -> HttpResponse {
+    rest_error(&Error::internal(format!("unexpected outcome for route: {o:?}")))
+}
+
+async fn run(state: &HttpState, meta: &RequestMeta, op: Operation) -> Result<Outcome> {
+    state.engine.execute(meta.envelope(Transport::Rest, None, op)).await
+}
+
+async fn create(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+    let b: CreateBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let return_result = b.options.as_ref().and_then(|o| o.return_result).unwrap_or(false);
+    let op = Operation::Mutate(Mutation::PutRecord(PutRecordOp {
+        mode: PutMode::Create,
+        label: Some(b.label.unwrap_or_default()),
+        id: None,
+        properties: b.data,
+        typed_properties: b.properties,
+        vectors: b.vectors,
+        options: b.options,
+    }));
+    match run(state, meta, op).await? {
+        Outcome::Record(r) if return_result => Ok(ok(201, record_json(&r))),
+        Outcome::Record(r) => Ok(ok(201, json!({"id": r.id.to_string(), "message": "Record created"}))),
+        other => Ok(unexpected(other)),
+    }
+}
+
+async fn edit(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>, id: &str, mode: PutMode) -> Result<HttpResponse> {
+    let op = edit_op(id, mode, read_json(req, &state.limits).await?)?;
+    match run(state, meta, op).await? {
+        Outcome::Record(r) => Ok(ok(201, record_json(&r))),
+        other => Ok(unexpected(other)),
+    }
+}
+
+async fn search(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+    let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let op = Operation::Query(QueryOp::Records(DocQuery { query: b.document() }));
+    match run(state, meta, op).await? {
+        Outcome::Records { records, total } => Ok(list(state, records.iter().map(record_json).collect(), total)),
+        other => Ok(unexpected(other)),
+    }
+}
+
+async fn delete_many(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+    let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let op = Operation::Mutate(Mutation::DeleteRecords(DocQuery { query: b.document() }));
+    match run(state, meta, op).await? {
+        Outcome::Affected(n) => Ok(ok(201, json!({"message": format!("{n} record(s) deleted")}))),
+        other => Ok(unexpected(other)),
+    }
+}
+
+async fn labels(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+    let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let op = Operation::Describe(DescribeOp::Labels(DescribeQuery { query: Some(b.document()) }));
+    match run(state, meta, op).await? {
+        Outcome::Labels(ls) => Ok(ok(200, Value::Object(ls.into_iter().map(|(l, c)| (l, json!(c))).collect()))),
+        other => Ok(unexpected(other)),
+    }
+}
+
+async fn properties(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+    let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let op = Operation::Describe(DescribeOp::Properties(DescribeQuery { query: Some(b.document()) }));
+    match run(state, meta, op).await? {
+        Outcome::Properties(ps) => {
+            let n = ps.len() as u64;
+            Ok(list(state, ps.iter().map(property_json).collect(), n))
+        }
+        other => Ok(unexpected(other)),
+    }
+}

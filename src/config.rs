@@ -83,14 +83,17 @@ impl Default for Limits {
 
 impl Default for Rest {
     fn default() -> Self {
-        Rest { envelope: "spec".into() }
+        Rest {
+            envelope: "spec".into(),
+        }
     }
 }
 
 impl FileConfig {
     /// Reads a config file. Settings missing from it take their defaults.
     pub fn load(path: &Path) -> Result<FileConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
     }
 
@@ -109,20 +112,27 @@ impl FileConfig {
                 ))
             }
         }
-        let cfg: FileConfig = table.try_into().map_err(|e: toml::de::Error| e.to_string())?;
+        let cfg: FileConfig = table
+            .try_into()
+            .map_err(|e: toml::de::Error| e.to_string())?;
         cfg.validate()?;
         Ok(cfg)
     }
 
     pub fn validate(&self) -> Result<(), String> {
         if self.rest.envelope != "spec" && self.rest.envelope != "flat" {
-            return Err(format!("rest.envelope must be \"spec\" or \"flat\", not {:?}", self.rest.envelope));
+            return Err(format!(
+                "rest.envelope must be \"spec\" or \"flat\", not {:?}",
+                self.rest.envelope
+            ));
         }
         if !(1..=128).contains(&self.limits.max_json_depth) {
             return Err("limits.max_json_depth must be between 1 and 128".into());
         }
         if self.limits.max_body_bytes == 0 || self.limits.request_timeout_ms == 0 {
-            return Err("limits.max_body_bytes and limits.request_timeout_ms must be positive".into());
+            return Err(
+                "limits.max_body_bytes and limits.request_timeout_ms must be positive".into(),
+            );
         }
         Ok(())
     }
@@ -140,8 +150,12 @@ mod tests {
 
     #[test]
     fn schema_version_is_checked_and_missing_settings_default() {
-        assert!(FileConfig::parse("schema_version = 2").unwrap_err().starts_with("config version mismatch"));
-        assert!(FileConfig::parse("data_dir = \"x\"").unwrap_err().starts_with("config version mismatch"));
+        assert!(FileConfig::parse("schema_version = 2")
+            .unwrap_err()
+            .starts_with("config version mismatch"));
+        assert!(FileConfig::parse("data_dir = \"x\"")
+            .unwrap_err()
+            .starts_with("config version mismatch"));
         let c = FileConfig::parse("schema_version = 1\n[listen]\nhttp = \"127.0.0.1:0\"").unwrap();
         assert_eq!(c.listen.http, "127.0.0.1:0");
         assert_eq!(c.listen.grpc, Listen::default().grpc);

@@ -98,7 +98,10 @@ impl Engine {
     /// Verifies a credential (constant-time for the bootstrap token).
     pub fn authenticate(&self, credential: Option<&str>) -> Result<Principal> {
         let token = credential.filter(|t| !t.is_empty()).ok_or_else(|| {
-            Error::new(ErrorCode::Unauthenticated, "missing credential: send Authorization: Bearer <token>")
+            Error::new(
+                ErrorCode::Unauthenticated,
+                "missing credential: send Authorization: Bearer <token>",
+            )
         })?;
         if bool::from(digest(token).ct_eq(&self.bootstrap_digest)) {
             return Ok(Principal::Operator);
@@ -149,7 +152,9 @@ impl Engine {
             Error::invalid("this engine is multitenant: every request must name its tenant (X-Service-Tenant header and context.scope)")
         })?;
         if name.len() > MAX_TENANT_BYTES {
-            return Err(Error::invalid(format!("tenant is longer than {MAX_TENANT_BYTES} bytes")));
+            return Err(Error::invalid(format!(
+                "tenant is longer than {MAX_TENANT_BYTES} bytes"
+            )));
         }
         Ok(Tenant::Named(name.to_string()))
     }
@@ -168,15 +173,24 @@ impl Engine {
         match env.operation {
             Operation::Query(QueryOp::Record(q)) => self.get_record(&tenant, &q.id),
             Operation::Query(QueryOp::Records(q)) => self.find_records(&tenant, &q.query),
-            Operation::Describe(DescribeOp::Labels(q)) => self.describe_labels(&tenant, q.query.as_ref()),
-            Operation::Describe(DescribeOp::Properties(q)) => self.describe_properties(&tenant, q.query.as_ref()),
+            Operation::Describe(DescribeOp::Labels(q)) => {
+                self.describe_labels(&tenant, q.query.as_ref())
+            }
+            Operation::Describe(DescribeOp::Properties(q)) => {
+                self.describe_properties(&tenant, q.query.as_ref())
+            }
             Operation::Describe(DescribeOp::Property(p)) => self.describe_property(&tenant, &p.id),
             Operation::Mutate(Mutation::PutRecord(p)) => self.put_record(tenant, p).await,
             Operation::Mutate(Mutation::RetypeRecord(r)) => {
-                self.retype_record(tenant, r.id, r.record, r.from_label, r.to_label).await
+                self.retype_record(tenant, r.id, r.record, r.from_label, r.to_label)
+                    .await
             }
-            Operation::Mutate(Mutation::DeleteRecord(d)) => self.delete_record(tenant, d.id, d.record).await,
-            Operation::Mutate(Mutation::DeleteProperty(d)) => self.delete_property(tenant, d.name, d.id).await,
+            Operation::Mutate(Mutation::DeleteRecord(d)) => {
+                self.delete_record(tenant, d.id, d.record).await
+            }
+            Operation::Mutate(Mutation::DeleteProperty(d)) => {
+                self.delete_property(tenant, d.name, d.id).await
+            }
             other => Err(Error::unsupported(other.name())),
         }
     }
@@ -194,7 +208,10 @@ impl Engine {
         let snap = self.store.snapshot()?;
         let mut records = 0;
         for t in self.store.tenant_ids() {
-            records += crate::store::records::label_counts(&snap, t)?.iter().map(|(_, c)| c).sum::<u64>();
+            records += crate::store::records::label_counts(&snap, t)?
+                .iter()
+                .map(|(_, c)| c)
+                .sum::<u64>();
         }
         Ok((records, self.store.tenant_count() as u64))
     }

@@ -18,7 +18,10 @@ fn main() {
                     engine::log::error(&e);
                     2
                 }
-                Ok(cfg) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(cfg) => match tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                {
                     Err(e) => {
                         engine::log::error(&format!("cannot start the runtime: {e}"));
                         1

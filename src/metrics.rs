@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Histogram bucket upper bounds, seconds.
-const BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5];
+const BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
+];
 
 #[derive(Default)]
 struct Latency {
@@ -28,7 +30,13 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn observe(&self, route: &'static str, method: &'static str, status: u16, elapsed: Duration) {
+    pub fn observe(
+        &self,
+        route: &'static str,
+        method: &'static str,
+        status: u16,
+        elapsed: Duration,
+    ) {
         let secs = elapsed.as_secs_f64();
         let Ok(mut m) = self.inner.lock() else { return };
         *m.requests.entry((route, method, status)).or_default() += 1;
@@ -51,7 +59,9 @@ impl Metrics {
         for ((route, method, status), n) in reqs {
             let _ = writeln!(out, "engine_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}");
         }
-        out.push_str("# HELP engine_http_request_duration_seconds HTTP request latency by route template.\n");
+        out.push_str(
+            "# HELP engine_http_request_duration_seconds HTTP request latency by route template.\n",
+        );
         out.push_str("# TYPE engine_http_request_duration_seconds histogram\n");
         let mut lat: Vec<_> = m.latency.iter().collect();
         lat.sort_by_key(|(r, _)| *r);
@@ -61,11 +71,25 @@ impl Metrics {
                 cum += n;
                 let _ = writeln!(out, "engine_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {cum}");
             }
-            let _ = writeln!(out, "engine_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", l.count);
-            let _ = writeln!(out, "engine_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", l.sum);
-            let _ = writeln!(out, "engine_http_request_duration_seconds_count{{route=\"{route}\"}} {}", l.count);
+            let _ = writeln!(
+                out,
+                "engine_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                l.count
+            );
+            let _ = writeln!(
+                out,
+                "engine_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                l.sum
+            );
+            let _ = writeln!(
+                out,
+                "engine_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                l.count
+            );
         }
-        out.push_str("# HELP engine_records Records stored, all tenants.\n# TYPE engine_records gauge\n");
+        out.push_str(
+            "# HELP engine_records Records stored, all tenants.\n# TYPE engine_records gauge\n",
+        );
         let _ = writeln!(out, "engine_records {records}");
         out.push_str("# HELP engine_tenants Tenants with data.\n# TYPE engine_tenants gauge\n");
         let _ = writeln!(out, "engine_tenants {tenants}");

@@ -112,7 +112,9 @@ pub struct Record {
 /// Property names starting with `__` are reserved for system keys.
 pub fn check_property_name(name: &str) -> crate::error::Result<()> {
     if name.is_empty() {
-        return Err(crate::error::Error::invalid("property name must not be empty"));
+        return Err(crate::error::Error::invalid(
+            "property name must not be empty",
+        ));
     }
     if name.starts_with("__") {
         return Err(crate::error::Error::invalid(format!(
@@ -129,7 +131,10 @@ pub fn parse_uuid_v7(s: &str, what: &str) -> crate::error::Result<Uuid> {
         .ok()
         .filter(|u| s.len() == 36 && u.get_version_num() == 7)
         .ok_or_else(|| {
-            crate::error::Error::invalid(format!("{what} '{}' is not a valid UUIDv7", truncate(s, 64)))
+            crate::error::Error::invalid(format!(
+                "{what} '{}' is not a valid UUIDv7",
+                truncate(s, 64)
+            ))
         })?;
     Ok(u)
 }

@@ -118,7 +118,11 @@ impl<'de> Deserialize<'de> for Operation {
         let mut v = Value::deserialize(d)?;
         let kind = match v.get("kind") {
             Some(Value::String(k)) => k.clone(),
-            Some(_) => return Err(D::Error::custom(format!("{PATH_MARK}kind{PATH_MARK}must be a string"))),
+            Some(_) => {
+                return Err(D::Error::custom(format!(
+                    "{PATH_MARK}kind{PATH_MARK}must be a string"
+                )))
+            }
             None => return Err(D::Error::custom("missing field `kind`")),
         };
         let key = match kind.as_str() {
@@ -765,7 +769,10 @@ pub fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> crate::er
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let (inner_path, msg) = split_marked(&inner);
-        let full = join_path(what, &join_path(if path == "." { "" } else { &path }, inner_path));
+        let full = join_path(
+            what,
+            &join_path(if path == "." { "" } else { &path }, inner_path),
+        );
         crate::error::Error::invalid(format!("{full}: {msg}"))
     })
 }
@@ -784,7 +791,13 @@ mod tests {
             "envelope",
         )
         .unwrap();
-        assert!(matches!(env.operation, Operation::Mutate(Mutation::PutRecord(PutRecordOp { mode: PutMode::Create, .. }))));
+        assert!(matches!(
+            env.operation,
+            Operation::Mutate(Mutation::PutRecord(PutRecordOp {
+                mode: PutMode::Create,
+                ..
+            }))
+        ));
         let env: RequestEnvelope = decode(
             json!({"protocolVersion": 1, "operation": {"kind": "describe", "describe": {"kind": "buildInfo"}}}),
             "envelope",
@@ -798,9 +811,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(op.permission(), Permission::Write);
-        let op: Operation = decode(json!({"kind": "purgeTenant", "purgeTenant": {"confirm": "t"}}), "operation").unwrap();
+        let op: Operation = decode(
+            json!({"kind": "purgeTenant", "purgeTenant": {"confirm": "t"}}),
+            "operation",
+        )
+        .unwrap();
         assert_eq!(op.name(), "purgeTenant");
-        let op: Operation = decode(json!({"kind": "policy", "policy": {"kind": "get"}}), "operation").unwrap();
+        let op: Operation = decode(
+            json!({"kind": "policy", "policy": {"kind": "get"}}),
+            "operation",
+        )
+        .unwrap();
         assert_eq!(op.permission(), Permission::Operator);
     }
 
@@ -811,20 +832,37 @@ mod tests {
             "body",
         )
         .unwrap_err();
-        assert_eq!(err.message, "body.operation.query.query.limit: invalid type: string \"ten\", expected i64");
+        assert_eq!(
+            err.message,
+            "body.operation.query.query.limit: invalid type: string \"ten\", expected i64"
+        );
         let err = decode::<RequestEnvelope>(
             json!({"protocolVersion": 1, "operation": {"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "upsert"}}}),
             "body",
         )
         .unwrap_err();
-        assert!(err.message.starts_with("body.operation.mutation.mode: unknown variant"), "{}", err.message);
+        assert!(
+            err.message
+                .starts_with("body.operation.mutation.mode: unknown variant"),
+            "{}",
+            err.message
+        );
         let err = decode::<RequestEnvelope>(
             json!({"protocolVersion": 1, "operation": {"kind": "query", "query": {"kind": "nope"}}}),
             "body",
         )
         .unwrap_err();
-        assert!(err.message.starts_with("body.operation.query.kind: unknown kind `nope`"), "{}", err.message);
+        assert!(
+            err.message
+                .starts_with("body.operation.query.kind: unknown kind `nope`"),
+            "{}",
+            err.message
+        );
         assert!(decode::<RequestEnvelope>(json!({"protocolVersion": "1", "operation": {"kind": "backup", "backup": {"kind": "snapshot"}}}), "body").is_err());
-        assert!(decode::<RequestEnvelope>(json!({"protocolVersion": 1, "operation": {"kind": "nope"}}), "body").is_err());
+        assert!(decode::<RequestEnvelope>(
+            json!({"protocolVersion": 1, "operation": {"kind": "nope"}}),
+            "body"
+        )
+        .is_err());
     }
 }

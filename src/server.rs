@@ -69,7 +69,9 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
     }
     file.validate()?;
     let capability_secret = match args.capability_secret {
-        Some(hex) => Some(decode_hex(&hex).ok_or("the capability secret must be an even-length hex string")?),
+        Some(hex) => Some(
+            decode_hex(&hex).ok_or("the capability secret must be an even-length hex string")?,
+        ),
         None => None,
     };
     Ok(ServerConfig {
@@ -80,7 +82,8 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
 }
 
 fn parse_addr(what: &str, a: &str) -> Result<SocketAddr, String> {
-    a.parse().map_err(|_| format!("{what} address {a:?} is not an ip:port"))
+    a.parse()
+        .map_err(|_| format!("{what} address {a:?} is not an ip:port"))
 }
 
 fn announce(kind: &str, addr: SocketAddr) {
@@ -93,7 +96,9 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             tokio::select! {
                 _ = ctrl_c => {},
                 _ = term.recv() => {},
@@ -115,7 +120,11 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         }
         crate::log::warn("running with the development token `dev-token`: set --token or SERVICE_TOKEN outside local development");
     }
-    let mode = if cfg.file.multitenant { TenancyMode::Multi } else { TenancyMode::Single };
+    let mode = if cfg.file.multitenant {
+        TenancyMode::Multi
+    } else {
+        TenancyMode::Single
+    };
     let data_dir = cfg.file.data_dir.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&data_dir, mode))
         .await
@@ -177,7 +186,10 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
     }
     drop(listener);
     crate::log::info("shutting down: finishing in-flight requests");
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
         crate::log::warn("some connections did not finish in time");
     }
     tokio::task::spawn_blocking(move || engine.store.shutdown())

@@ -79,8 +79,12 @@ impl Store {
     /// Opens or creates the store in `dir`. Refuses another storage format version or the
     /// other tenancy mode with the messages SPEC.md and BEHAVIOUR.md §7 give.
     pub fn open(dir: &Path, mode: TenancyMode) -> Result<Store> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| startup(format!("cannot create data directory {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            startup(format!(
+                "cannot create data directory {}: {e}",
+                dir.display()
+            ))
+        })?;
         let path = dir.join("engine.redb");
         let db = redb::Database::builder()
             .create(&path)
@@ -94,10 +98,22 @@ impl Store {
                     if t.first()?.is_some() {
                         return Err(startup("store has data but no storage format version"));
                     }
-                    t.insert(fmt.as_slice(), codec::encode_u64(STORAGE_FORMAT_VERSION).as_slice())?;
-                    t.insert(Key::system(keys::SYS_MODE).bytes(), codec::encode_u64(mode.tag() as u64).as_slice())?;
-                    t.insert(Key::system(keys::SYS_COMMIT_SEQ).bytes(), codec::encode_u64(0).as_slice())?;
-                    t.insert(Key::system(keys::SYS_NEXT_TENANT).bytes(), codec::encode_u64(1).as_slice())?;
+                    t.insert(
+                        fmt.as_slice(),
+                        codec::encode_u64(STORAGE_FORMAT_VERSION).as_slice(),
+                    )?;
+                    t.insert(
+                        Key::system(keys::SYS_MODE).bytes(),
+                        codec::encode_u64(mode.tag() as u64).as_slice(),
+                    )?;
+                    t.insert(
+                        Key::system(keys::SYS_COMMIT_SEQ).bytes(),
+                        codec::encode_u64(0).as_slice(),
+                    )?;
+                    t.insert(
+                        Key::system(keys::SYS_NEXT_TENANT).bytes(),
+                        codec::encode_u64(1).as_slice(),
+                    )?;
                 }
                 Some(v) => {
                     let v = v?;
@@ -113,7 +129,11 @@ impl Store {
                 None => return Err(startup("store has no tenancy mode")),
             };
             if stored != mode.tag() as u64 {
-                let created = if stored == 0 { TenancyMode::Single } else { TenancyMode::Multi };
+                let created = if stored == 0 {
+                    TenancyMode::Single
+                } else {
+                    TenancyMode::Multi
+                };
                 return Err(startup(format!(
                     "data directory {} was created in {}; this server was started in {}; the tenancy mode cannot be changed",
                     dir.display(),
@@ -126,11 +146,19 @@ impl Store {
                 .transpose()?
                 .unwrap_or(0);
             let mut tenants = HashMap::new();
-            t.scan_prefix(&Key::system(keys::SYS_TENANT_BY_NAME).0, false, &mut |k, v| {
-                let (name, _) = keys::read_escaped(&k[2..]).ok_or_else(|| Error::internal("corrupt tenant key"))?;
-                tenants.insert(String::from_utf8_lossy(&name).into_owned(), codec::decode_u64(v)?);
-                Ok(true)
-            })?;
+            t.scan_prefix(
+                &Key::system(keys::SYS_TENANT_BY_NAME).0,
+                false,
+                &mut |k, v| {
+                    let (name, _) = keys::read_escaped(&k[2..])
+                        .ok_or_else(|| Error::internal("corrupt tenant key"))?;
+                    tenants.insert(
+                        String::from_utf8_lossy(&name).into_owned(),
+                        codec::decode_u64(v)?,
+                    );
+                    Ok(true)
+                },
+            )?;
             (last_seq, tenants)
         };
         txn.commit()?;
@@ -193,13 +221,19 @@ impl Store {
             .read()
             .map_err(|_| Error::internal("writer lock poisoned"))?
             .clone()
-            .ok_or_else(|| Error::new(crate::error::ErrorCode::Unsupported, "the server is shutting down"))?;
+            .ok_or_else(|| {
+                Error::new(
+                    crate::error::ErrorCode::Unsupported,
+                    "the server is shutting down",
+                )
+            })?;
         let (reply, rx) = oneshot::channel();
         sender
             .send(WriteRequest { tenant, ops, reply })
             .await
             .map_err(|_| Error::internal("writer stopped"))?;
-        rx.await.map_err(|_| Error::internal("writer dropped a request"))?
+        rx.await
+            .map_err(|_| Error::internal("writer dropped a request"))?
     }
 
     /// Stops accepting writes, lets the writer commit what is queued, and waits for it.
@@ -220,7 +254,10 @@ impl Drop for Store {
 }
 
 /// Resolves a tenant for writing, creating it on first use.
-fn resolve_tenant_for_write<R: KvRead>(ov: &mut Overlay<'_, R>, tenant: &Tenant) -> Result<(u64, bool)> {
+fn resolve_tenant_for_write<R: KvRead>(
+    ov: &mut Overlay<'_, R>,
+    tenant: &Tenant,
+) -> Result<(u64, bool)> {
     let name = match tenant {
         Tenant::Single => return Ok((keys::SINGLE_TENANT, false)),
         Tenant::Named(n) => n,
@@ -230,10 +267,17 @@ fn resolve_tenant_for_write<R: KvRead>(ov: &mut Overlay<'_, R>, tenant: &Tenant)
         return Ok((codec::decode_u64(&v)?, false));
     }
     let next_key = Key::system(keys::SYS_NEXT_TENANT).0;
-    let id = ov.get(&next_key)?.map(|v| codec::decode_u64(&v)).transpose()?.unwrap_or(1);
+    let id = ov
+        .get(&next_key)?
+        .map(|v| codec::decode_u64(&v))
+        .transpose()?
+        .unwrap_or(1);
     ov.put(next_key, codec::encode_u64(id + 1));
     ov.put(by_name, codec::encode_u64(id));
-    ov.put(Key::system(keys::SYS_TENANT_BY_ID).u64(id).0, codec::encode_str(name));
+    ov.put(
+        Key::system(keys::SYS_TENANT_BY_ID).u64(id).0,
+        codec::encode_str(name),
+    );
     Ok((id, true))
 }
 
@@ -263,7 +307,8 @@ fn writer_loop(
                     let seq = last_seq + 1;
                     let applied = {
                         let mut ov = Overlay::new(&table);
-                        apply_batch(&mut ov, req, seq).map(|(out, created)| (out, created, ov.into_writes()))
+                        apply_batch(&mut ov, req, seq)
+                            .map(|(out, created)| (out, created, ov.into_writes()))
                     };
                     match applied {
                         Ok((out, created, writes)) => {
@@ -282,7 +327,10 @@ fn writer_loop(
                         Err(e) => results.push(Err(e)),
                     }
                 }
-                table.insert(Key::system(keys::SYS_COMMIT_SEQ).bytes(), codec::encode_u64(last_seq).as_slice())?;
+                table.insert(
+                    Key::system(keys::SYS_COMMIT_SEQ).bytes(),
+                    codec::encode_u64(last_seq).as_slice(),
+                )?;
             }
             txn.commit()?;
             Ok(())

@@ -24,7 +24,9 @@ fn check_label(label: &str) -> Result<()> {
         return Err(Error::invalid("label must not be empty"));
     }
     if label.len() > MAX_LABEL_BYTES {
-        return Err(Error::invalid(format!("label is longer than {MAX_LABEL_BYTES} bytes")));
+        return Err(Error::invalid(format!(
+            "label is longer than {MAX_LABEL_BYTES} bytes"
+        )));
     }
     Ok(())
 }
@@ -49,22 +51,31 @@ fn order_desc(order: Option<&Value>) -> Result<bool> {
     let dir = |v: &Value, path: &str| match v.as_str() {
         Some("asc") => Ok(false),
         Some("desc") => Ok(true),
-        _ => Err(Error::invalid(format!("{path}: order direction must be \"asc\" or \"desc\""))),
+        _ => Err(Error::invalid(format!(
+            "{path}: order direction must be \"asc\" or \"desc\""
+        ))),
     };
     match order {
         None | Some(Value::Null) => Ok(true),
         Some(v @ Value::String(_)) => dir(v, "orderBy"),
         Some(Value::Object(m)) if m.is_empty() => Ok(true),
         Some(Value::Object(m)) if m.len() == 1 => {
-            let (field, v) = m.iter().next().ok_or_else(|| Error::invalid("orderBy is empty"))?;
+            let (field, v) = m
+                .iter()
+                .next()
+                .ok_or_else(|| Error::invalid("orderBy is empty"))?;
             if field == "id" || field == "__id" {
                 dir(v, &format!("orderBy.{field}"))
             } else {
-                Err(Error::unsupported("ordering by a property (orderBy on a field)"))
+                Err(Error::unsupported(
+                    "ordering by a property (orderBy on a field)",
+                ))
             }
         }
         Some(Value::Object(_)) => Err(Error::unsupported("ordering by several fields")),
-        Some(_) => Err(Error::invalid("orderBy must be \"asc\", \"desc\" or an object of field to direction")),
+        Some(_) => Err(Error::invalid(
+            "orderBy must be \"asc\", \"desc\" or an object of field to direction",
+        )),
     }
 }
 
@@ -84,7 +95,9 @@ pub fn paging(offset: Option<i64>, limit: Option<i64>) -> Result<(usize, usize)>
     }
     let limit = limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(Error::invalid(format!("limit must be between 1 and {MAX_LIMIT}")));
+        return Err(Error::invalid(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
     }
     Ok((offset as usize, limit as usize))
 }
@@ -105,8 +118,13 @@ impl Engine {
         if !is_empty_predicate(q.predicate.as_ref()) {
             return Err(Error::unsupported("record search with a where predicate"));
         }
-        if q.select.is_some() || q.aggregate.is_some() || q.group_by.as_ref().is_some_and(|g| !g.is_empty()) {
-            return Err(Error::unsupported("aggregation and grouping (select, aggregate, groupBy)"));
+        if q.select.is_some()
+            || q.aggregate.is_some()
+            || q.group_by.as_ref().is_some_and(|g| !g.is_empty())
+        {
+            return Err(Error::unsupported(
+                "aggregation and grouping (select, aggregate, groupBy)",
+            ));
         }
         let desc = order_desc(q.order.as_ref())?;
         let (offset, limit) = paging(q.offset, q.limit)?;
@@ -115,7 +133,10 @@ impl Engine {
             check_label(l)?;
         }
         let Some(t) = self.store.tenant_id(tenant) else {
-            return Ok(Outcome::Records { records: vec![], total: 0 });
+            return Ok(Outcome::Records {
+                records: vec![],
+                total: 0,
+            });
         };
         let snap = self.store.snapshot()?;
         let want = offset + limit;
@@ -126,7 +147,10 @@ impl Engine {
         let mut take_ids = |prefix: Vec<u8>| -> Result<()> {
             let mut n = 0;
             snap.scan_prefix(&prefix, desc, &mut |k, _| {
-                ids.push(Uuid::from_slice(&k[k.len() - 16..]).map_err(|_| Error::internal("corrupt key"))?);
+                ids.push(
+                    Uuid::from_slice(&k[k.len() - 16..])
+                        .map_err(|_| Error::internal("corrupt key"))?,
+                );
                 n += 1;
                 Ok(n < want)
             })
@@ -154,7 +178,11 @@ impl Engine {
         Ok(Outcome::Records { records, total })
     }
 
-    pub(super) fn describe_labels(&self, tenant: &Tenant, q: Option<&QueryDocument>) -> Result<Outcome> {
+    pub(super) fn describe_labels(
+        &self,
+        tenant: &Tenant,
+        q: Option<&QueryDocument>,
+    ) -> Result<Outcome> {
         if !is_empty_predicate(q.and_then(|q| q.predicate.as_ref())) {
             return Err(Error::unsupported("describe labels with a where predicate"));
         }
@@ -168,14 +196,23 @@ impl Engine {
         Ok(Outcome::Labels(labels))
     }
 
-    pub(super) fn describe_properties(&self, tenant: &Tenant, q: Option<&QueryDocument>) -> Result<Outcome> {
+    pub(super) fn describe_properties(
+        &self,
+        tenant: &Tenant,
+        q: Option<&QueryDocument>,
+    ) -> Result<Outcome> {
         if !is_empty_predicate(q.and_then(|q| q.predicate.as_ref())) {
-            return Err(Error::unsupported("describe properties with a where predicate"));
+            return Err(Error::unsupported(
+                "describe properties with a where predicate",
+            ));
         }
         let Some(t) = self.store.tenant_id(tenant) else {
             return Ok(Outcome::Properties(vec![]));
         };
-        Ok(Outcome::Properties(rstore::properties(&self.store.snapshot()?, t)?))
+        Ok(Outcome::Properties(rstore::properties(
+            &self.store.snapshot()?,
+            t,
+        )?))
     }
 
     pub(super) fn describe_property(&self, tenant: &Tenant, id: &str) -> Result<Outcome> {
@@ -189,7 +226,9 @@ impl Engine {
     pub(super) async fn put_record(&self, tenant: Tenant, p: PutRecordOp) -> Result<Outcome> {
         let o = &p.options.clone().unwrap_or_default();
         if p.mode == PutMode::Create && (o.merge_by.is_some() || o.merge_strategy.is_some()) {
-            return Err(Error::unsupported("upsert (options.mergeBy / options.mergeStrategy)"));
+            return Err(Error::unsupported(
+                "upsert (options.mergeBy / options.mergeStrategy)",
+            ));
         }
         if p.vectors.as_ref().is_some_and(|v| !v.is_empty()) {
             return Err(Error::unsupported("inline vectors"));
@@ -199,14 +238,21 @@ impl Engine {
             convert_numeric: o.convert_numeric_values_to_numbers.unwrap_or(false),
         };
         let mut props = infer_map(&p.properties.unwrap_or_default(), infer)?;
-        apply_explicit(&mut props, p.typed_properties.as_deref().unwrap_or_default())?;
-        let mut label = p.label.filter(|l| !(l.is_empty() && p.mode != PutMode::Create));
+        apply_explicit(
+            &mut props,
+            p.typed_properties.as_deref().unwrap_or_default(),
+        )?;
+        let mut label = p
+            .label
+            .filter(|l| !(l.is_empty() && p.mode != PutMode::Create));
         if let Some(l) = &label {
             check_label(l)?;
         }
         let (id, mode) = match p.mode {
             PutMode::Create => {
-                let l = label.as_mut().ok_or_else(|| Error::invalid("label is required to create a record"))?;
+                let l = label
+                    .as_mut()
+                    .ok_or_else(|| Error::invalid("label is required to create a record"))?;
                 if o.capitalize_labels.unwrap_or(false) {
                     *l = l.to_uppercase();
                 }
@@ -217,12 +263,25 @@ impl Engine {
                 (id, rstore::PutMode::Create)
             }
             PutMode::Merge | PutMode::Replace => {
-                let id = parse_uuid_v7(p.id.as_deref().ok_or_else(|| Error::invalid("id is required"))?, "id")?;
-                let mode = if p.mode == PutMode::Merge { rstore::PutMode::Merge } else { rstore::PutMode::Replace };
+                let id = parse_uuid_v7(
+                    p.id.as_deref()
+                        .ok_or_else(|| Error::invalid("id is required"))?,
+                    "id",
+                )?;
+                let mode = if p.mode == PutMode::Merge {
+                    rstore::PutMode::Merge
+                } else {
+                    rstore::PutMode::Replace
+                };
                 (id, mode)
             }
         };
-        let op = WriteOp::Put(PutRecord { id, mode, label, props });
+        let op = WriteOp::Put(PutRecord {
+            id,
+            mode,
+            label,
+            props,
+        });
         single(self.store.write(tenant, vec![op]).await?)
     }
 
@@ -238,17 +297,35 @@ impl Engine {
         check_label(&from)?;
         check_label(&to)?;
         self.require_tenant(&tenant, id)?;
-        single(self.store.write(tenant, vec![WriteOp::Retype { id, from, to }]).await?)
+        single(
+            self.store
+                .write(tenant, vec![WriteOp::Retype { id, from, to }])
+                .await?,
+        )
     }
 
-    pub(super) async fn delete_record(&self, tenant: Tenant, id: Option<String>, record: Option<RecordRef>) -> Result<Outcome> {
+    pub(super) async fn delete_record(
+        &self,
+        tenant: Tenant,
+        id: Option<String>,
+        record: Option<RecordRef>,
+    ) -> Result<Outcome> {
         let id = ref_id(id, record)?;
         self.require_tenant(&tenant, id)?;
-        single(self.store.write(tenant, vec![WriteOp::Delete { id }]).await?)
+        single(
+            self.store
+                .write(tenant, vec![WriteOp::Delete { id }])
+                .await?,
+        )
     }
 
     /// Deletes a property (by id, or every property of that name) from every record.
-    pub(super) async fn delete_property(&self, tenant: Tenant, name: Option<String>, id: Option<String>) -> Result<Outcome> {
+    pub(super) async fn delete_property(
+        &self,
+        tenant: Tenant,
+        name: Option<String>,
+        id: Option<String>,
+    ) -> Result<Outcome> {
         let ids = match (id, name) {
             (Some(id), _) => vec![parse_uuid_v7(&id, "property id")?],
             (None, Some(name)) => match self.store.tenant_id(&tenant) {
@@ -264,7 +341,10 @@ impl Engine {
         if ids.is_empty() || self.store.tenant_id(&tenant).is_none() {
             return Err(Error::not_found("property not found"));
         }
-        let ops = ids.into_iter().map(|id| WriteOp::DeleteProperty { id }).collect();
+        let ops = ids
+            .into_iter()
+            .map(|id| WriteOp::DeleteProperty { id })
+            .collect();
         let out = self.store.write(tenant, ops).await?;
         let affected = out
             .iter()

@@ -48,7 +48,10 @@ pub fn float_scalar(f: f64) -> Scalar {
 
 fn is_numeric_text(s: &str) -> bool {
     let b = s.strip_prefix('-').unwrap_or(s).as_bytes();
-    let int_end = b.iter().position(|c| !c.is_ascii_digit()).unwrap_or(b.len());
+    let int_end = b
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(b.len());
     if int_end == 0 {
         return false;
     }
@@ -63,7 +66,10 @@ fn parse_number_text(s: &str) -> Option<Scalar> {
     if let Ok(i) = s.parse::<i64>() {
         return Some(Scalar::Int(i));
     }
-    s.parse::<f64>().ok().filter(|f| f.is_finite()).map(float_scalar)
+    s.parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite())
+        .map(float_scalar)
 }
 
 /// Infers one scalar's type and value.
@@ -255,7 +261,9 @@ mod tests {
     use serde_json::json;
 
     fn inf(v: Value) -> PropValue {
-        infer_value("p", &v, InferOptions::default()).unwrap().unwrap()
+        infer_value("p", &v, InferOptions::default())
+            .unwrap()
+            .unwrap()
     }
 
     #[test]
@@ -273,20 +281,34 @@ mod tests {
         assert_eq!(mixed.items[0], Scalar::Str("1".into()));
         let empty = inf(json!([]));
         assert!(empty.array && empty.items.is_empty() && empty.ty == PropType::String);
-        assert!(infer_value("p", &json!(null), InferOptions::default()).unwrap().is_none());
+        assert!(infer_value("p", &json!(null), InferOptions::default())
+            .unwrap()
+            .is_none());
         assert!(infer_value("p", &json!({"a": 1}), InferOptions::default()).is_err());
     }
 
     #[test]
     fn options_change_inference() {
-        let conv = InferOptions { suggest_types: true, convert_numeric: true };
+        let conv = InferOptions {
+            suggest_types: true,
+            convert_numeric: true,
+        };
         let v = infer_value("p", &json!("-12.5"), conv).unwrap().unwrap();
-        assert_eq!((v.ty, v.items[0].clone()), (PropType::Number, Scalar::Float(-12.5)));
+        assert_eq!(
+            (v.ty, v.items[0].clone()),
+            (PropType::Number, Scalar::Float(-12.5))
+        );
         let v = infer_value("p", &json!("1e5"), conv).unwrap().unwrap();
         assert_eq!(v.ty, PropType::String);
-        let off = InferOptions { suggest_types: false, convert_numeric: false };
+        let off = InferOptions {
+            suggest_types: false,
+            convert_numeric: false,
+        };
         let v = infer_value("p", &json!(7), off).unwrap().unwrap();
-        assert_eq!((v.ty, v.items[0].clone()), (PropType::String, Scalar::Str("7".into())));
+        assert_eq!(
+            (v.ty, v.items[0].clone()),
+            (PropType::String, Scalar::Str("7".into()))
+        );
     }
 
     #[test]
@@ -308,7 +330,10 @@ mod tests {
             json!([{"name": "__x", "type": "string", "value": "a"}]),
         ] {
             let inputs: Vec<PropertyInput> = serde_json::from_value(bad.clone()).unwrap();
-            assert!(apply_explicit(&mut PropWrites::new(), &inputs).is_err(), "{bad}");
+            assert!(
+                apply_explicit(&mut PropWrites::new(), &inputs).is_err(),
+                "{bad}"
+            );
         }
     }
 }

@@ -35,10 +35,13 @@ pub fn response(outcome: &Outcome) -> Value {
             "storageFormatVersion": b.storage_format_version, "multitenant": b.multitenant,
             "languages": Vec::<String>::new()}}),
         Outcome::Labels(labels) => {
-            let counts: Map<String, Value> = labels.iter().map(|(l, c)| (l.clone(), json!(c))).collect();
+            let counts: Map<String, Value> =
+                labels.iter().map(|(l, c)| (l.clone(), json!(c))).collect();
             json!({"kind": "labels", "labels": labels.iter().map(|(l, _)| l).collect::<Vec<_>>(), "counts": counts})
         }
-        Outcome::Properties(ps) => json!({"kind": "properties", "properties": ps.iter().map(property).collect::<Vec<_>>()}),
+        Outcome::Properties(ps) => {
+            json!({"kind": "properties", "properties": ps.iter().map(property).collect::<Vec<_>>()})
+        }
         Outcome::Property(p) => json!({"kind": "property", "property": property(p)}),
     }
 }

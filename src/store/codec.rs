@@ -215,16 +215,45 @@ mod tests {
     #[test]
     fn record_round_trip() {
         let mut props = BTreeMap::new();
-        props.insert("a".into(), PropValue::scalar(PropType::Number, Scalar::Int(-5)));
-        props.insert("b".into(), PropValue::scalar(PropType::Number, Scalar::Float(2.5)));
+        props.insert(
+            "a".into(),
+            PropValue::scalar(PropType::Number, Scalar::Int(-5)),
+        );
+        props.insert(
+            "b".into(),
+            PropValue::scalar(PropType::Number, Scalar::Float(2.5)),
+        );
         props.insert(
             "c".into(),
-            PropValue { ty: PropType::String, array: true, items: vec![Scalar::Str("x".into()), Scalar::Str("".into())] },
+            PropValue {
+                ty: PropType::String,
+                array: true,
+                items: vec![Scalar::Str("x".into()), Scalar::Str("".into())],
+            },
         );
-        props.insert("d".into(), PropValue::scalar(PropType::Boolean, Scalar::Bool(true)));
-        props.insert("e".into(), PropValue::scalar(PropType::Datetime, Scalar::Str("2024-01-01".into())));
-        props.insert("f".into(), PropValue { ty: PropType::String, array: true, items: vec![] });
-        let rec = Record { id: Uuid::now_v7(), label: "L".into(), row: 7, version: 9, props };
+        props.insert(
+            "d".into(),
+            PropValue::scalar(PropType::Boolean, Scalar::Bool(true)),
+        );
+        props.insert(
+            "e".into(),
+            PropValue::scalar(PropType::Datetime, Scalar::Str("2024-01-01".into())),
+        );
+        props.insert(
+            "f".into(),
+            PropValue {
+                ty: PropType::String,
+                array: true,
+                items: vec![],
+            },
+        );
+        let rec = Record {
+            id: Uuid::now_v7(),
+            label: "L".into(),
+            row: 7,
+            version: 9,
+            props,
+        };
         let back = decode_record(rec.id, &encode_record(&rec)).unwrap();
         assert_eq!(back, rec);
         assert!(decode_record(rec.id, &[2, 0]).is_err());

@@ -125,7 +125,11 @@ const TAG_BOOL: u8 = 0x40;
 
 fn ordered_f64(f: f64) -> [u8; 8] {
     let bits = f.to_bits();
-    let o = if bits >> 63 == 1 { !bits } else { bits ^ (1 << 63) };
+    let o = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits ^ (1 << 63)
+    };
     o.to_be_bytes()
 }
 
@@ -222,16 +226,31 @@ mod tests {
 
     #[test]
     fn strings_and_types_order() {
-        let s = |x: &str| Key::default().scalar(PropType::String, &Scalar::Str(x.into())).0;
+        let s = |x: &str| {
+            Key::default()
+                .scalar(PropType::String, &Scalar::Str(x.into()))
+                .0
+        };
         assert!(s("a") < s("ab"));
         assert!(s("ab") < s("b"));
         assert!(s("a\0") > s("a"));
         assert!(s("") < s("\0"));
-        let n = Key::default().scalar(PropType::Number, &Scalar::Int(1_000_000)).0;
-        let d = Key::default().scalar(PropType::Datetime, &Scalar::Str("1900-01-01".into())).0;
-        let b = Key::default().scalar(PropType::Boolean, &Scalar::Bool(false)).0;
+        let n = Key::default()
+            .scalar(PropType::Number, &Scalar::Int(1_000_000))
+            .0;
+        let d = Key::default()
+            .scalar(PropType::Datetime, &Scalar::Str("1900-01-01".into()))
+            .0;
+        let b = Key::default()
+            .scalar(PropType::Boolean, &Scalar::Bool(false))
+            .0;
         assert!(n < d && d < s("") && s("zzz") < b);
-        let d2 = Key::default().scalar(PropType::Datetime, &Scalar::Str("1900-01-01T00:00:00.000000001Z".into())).0;
+        let d2 = Key::default()
+            .scalar(
+                PropType::Datetime,
+                &Scalar::Str("1900-01-01T00:00:00.000000001Z".into()),
+            )
+            .0;
         assert!(d < d2);
     }
 

@@ -187,8 +187,14 @@ mod tests {
             Ok(self.0.get(key).cloned())
         }
         fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
-            let r = self.0.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
-            let items: Vec<_> = if reverse { r.rev().collect() } else { r.collect() };
+            let r = self
+                .0
+                .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+            let items: Vec<_> = if reverse {
+                r.rev().collect()
+            } else {
+                r.collect()
+            };
             for (k, v) in items {
                 if !visit(k, v)? {
                     break;
@@ -200,7 +206,9 @@ mod tests {
 
     #[test]
     fn overlay_merges_scans_in_both_directions() {
-        let base = Mem([(vec![1], vec![1]), (vec![3], vec![3]), (vec![5], vec![5])].into_iter().collect());
+        let base = Mem([(vec![1], vec![1]), (vec![3], vec![3]), (vec![5], vec![5])]
+            .into_iter()
+            .collect());
         let mut ov = Overlay::new(&base);
         ov.put(vec![2], vec![20]);
         ov.delete(vec![3]);

@@ -72,7 +72,10 @@ pub fn label_counts<R: KvRead + ?Sized>(kv: &R, tenant: u64) -> Result<Vec<(Stri
     kv.scan_prefix(&prefix, false, &mut |k, v| {
         let (label, _) = keys::read_escaped(&k[prefix.len()..])
             .ok_or_else(|| Error::internal("corrupt label count key"))?;
-        out.push((String::from_utf8_lossy(&label).into_owned(), codec::decode_u64(v)?));
+        out.push((
+            String::from_utf8_lossy(&label).into_owned(),
+            codec::decode_u64(v)?,
+        ));
         Ok(true)
     })?;
     Ok(out)
@@ -84,15 +87,24 @@ pub fn label_count<R: KvRead + ?Sized>(kv: &R, tenant: u64, label: &str) -> Resu
         .unwrap_or(Ok(0))
 }
 
-fn property_info<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: Uuid, meta: &[u8]) -> Result<PropertyInfo> {
+fn property_info<R: KvRead + ?Sized>(
+    kv: &R,
+    tenant: u64,
+    id: Uuid,
+    meta: &[u8],
+) -> Result<PropertyInfo> {
     let (name, ty) = codec::decode_prop_meta(meta)?;
     let (mut records_count, mut arrays) = (0, 0);
-    kv.scan_prefix(&Key::tenant(tenant, keys::PROP_LABEL_COUNT).uuid(&id).0, false, &mut |_, v| {
-        let (c, a) = codec::decode_u64_pair(v)?;
-        records_count += c;
-        arrays += a;
-        Ok(true)
-    })?;
+    kv.scan_prefix(
+        &Key::tenant(tenant, keys::PROP_LABEL_COUNT).uuid(&id).0,
+        false,
+        &mut |_, v| {
+            let (c, a) = codec::decode_u64_pair(v)?;
+            records_count += c;
+            arrays += a;
+            Ok(true)
+        },
+    )?;
     Ok(PropertyInfo {
         id,
         name,
@@ -102,7 +114,11 @@ fn property_info<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: Uuid, meta: &[u8])
     })
 }
 
-pub fn property<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<Option<PropertyInfo>> {
+pub fn property<R: KvRead + ?Sized>(
+    kv: &R,
+    tenant: u64,
+    id: &Uuid,
+) -> Result<Option<PropertyInfo>> {
     match kv.get(&Key::tenant(tenant, keys::PROP_BY_ID).uuid(id).0)? {
         Some(meta) => property_info(kv, tenant, *id, &meta).map(Some),
         None => Ok(None),
@@ -112,10 +128,14 @@ pub fn property<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<Op
 /// Every property of the tenant, ordered by (name, type).
 pub fn properties<R: KvRead + ?Sized>(kv: &R, tenant: u64) -> Result<Vec<PropertyInfo>> {
     let mut ids = Vec::new();
-    kv.scan_prefix(&Key::tenant(tenant, keys::PROP_BY_NAME).0, false, &mut |_, v| {
-        ids.push(codec::decode_uuid(v)?);
-        Ok(true)
-    })?;
+    kv.scan_prefix(
+        &Key::tenant(tenant, keys::PROP_BY_NAME).0,
+        false,
+        &mut |_, v| {
+            ids.push(codec::decode_uuid(v)?);
+            Ok(true)
+        },
+    )?;
     ids.iter()
         .filter_map(|id| property(kv, tenant, id).transpose())
         .collect()
@@ -147,7 +167,12 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     }
 
     fn add_count(&mut self, key: Vec<u8>, delta: i64) -> Result<()> {
-        let cur = self.ov.get(&key)?.map(|v| codec::decode_u64(&v)).transpose()?.unwrap_or(0);
+        let cur = self
+            .ov
+            .get(&key)?
+            .map(|v| codec::decode_u64(&v))
+            .transpose()?
+            .unwrap_or(0);
         let next = cur.saturating_add_signed(delta);
         if next == 0 {
             self.ov.delete(key);
@@ -164,7 +189,10 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             .map(|v| codec::decode_u64_pair(&v))
             .transpose()?
             .unwrap_or((0, 0));
-        let (c, a) = (c.saturating_add_signed(delta), a.saturating_add_signed(array_delta));
+        let (c, a) = (
+            c.saturating_add_signed(delta),
+            a.saturating_add_signed(array_delta),
+        );
         if c == 0 {
             self.ov.delete(key);
         } else {
@@ -183,13 +211,22 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         }
         let id = Uuid::now_v7();
         self.ov.put(by_name, codec::encode_uuid(&id));
-        self.ov.put(self.key(keys::PROP_BY_ID).uuid(&id).0, codec::encode_prop_meta(name, ty));
+        self.ov.put(
+            self.key(keys::PROP_BY_ID).uuid(&id).0,
+            codec::encode_prop_meta(name, ty),
+        );
         Ok(Some(id))
     }
 
     fn next_row(&mut self) -> Result<u64> {
         let key = self.key(keys::ROW_SEQ).0;
-        let row = self.ov.get(&key)?.map(|v| codec::decode_u64(&v)).transpose()?.unwrap_or(0) + 1;
+        let row = self
+            .ov
+            .get(&key)?
+            .map(|v| codec::decode_u64(&v))
+            .transpose()?
+            .unwrap_or(0)
+            + 1;
         self.ov.put(key, codec::encode_u64(row));
         Ok(row)
     }
@@ -208,14 +245,23 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 continue;
             };
             for item in &value.items {
-                let k = self.key(keys::PROP_INDEX).uuid(&pid).scalar(value.ty, item).uuid(&rec.id).0;
+                let k = self
+                    .key(keys::PROP_INDEX)
+                    .uuid(&pid)
+                    .scalar(value.ty, item)
+                    .uuid(&rec.id)
+                    .0;
                 if add {
                     self.ov.put(k, codec::MARKER.to_vec());
                 } else {
                     self.ov.delete(k);
                 }
             }
-            let count_key = self.key(keys::PROP_LABEL_COUNT).uuid(&pid).str(&rec.label).0;
+            let count_key = self
+                .key(keys::PROP_LABEL_COUNT)
+                .uuid(&pid)
+                .str(&rec.label)
+                .0;
             self.add_pair(count_key, delta, if value.array { delta } else { 0 })?;
             if !add {
                 self.touched.insert(pid);
@@ -225,7 +271,8 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     }
 
     fn store(&mut self, rec: &Record) {
-        self.ov.put(record_key(self.tenant, &rec.id), codec::encode_record(rec));
+        self.ov
+            .put(record_key(self.tenant, &rec.id), codec::encode_record(rec));
     }
 
     fn load(&self, id: &Uuid) -> Result<Record> {
@@ -281,7 +328,11 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 label,
                 row: self.next_row()?,
                 version: self.seq,
-                props: p.props.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect(),
+                props: p
+                    .props
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k, v)))
+                    .collect(),
             };
             self.index(&rec, true)?;
             self.store(&rec);
@@ -315,7 +366,8 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         let prefix = self.key(keys::PROP_INDEX).uuid(pid).0;
         let mut holders = BTreeSet::new();
         self.ov.scan_prefix(&prefix, false, &mut |k, _| {
-            let id = Uuid::from_slice(&k[k.len() - 16..]).map_err(|_| Error::internal("corrupt index key"))?;
+            let id = Uuid::from_slice(&k[k.len() - 16..])
+                .map_err(|_| Error::internal("corrupt index key"))?;
             holders.insert(id);
             Ok(true)
         })?;
@@ -338,13 +390,17 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     /// ops, so a property rewritten within the batch keeps its id.
     pub fn finish(&mut self) -> Result<()> {
         for pid in std::mem::take(&mut self.touched) {
-            if self.ov.has_prefix(&self.key(keys::PROP_LABEL_COUNT).uuid(&pid).0)? {
+            if self
+                .ov
+                .has_prefix(&self.key(keys::PROP_LABEL_COUNT).uuid(&pid).0)?
+            {
                 continue;
             }
             let by_id = self.key(keys::PROP_BY_ID).uuid(&pid).0;
             if let Some(meta) = self.ov.get(&by_id)? {
                 let (name, ty) = codec::decode_prop_meta(&meta)?;
-                self.ov.delete(self.key(keys::PROP_BY_NAME).str(&name).u8(ty as u8).0);
+                self.ov
+                    .delete(self.key(keys::PROP_BY_NAME).str(&name).u8(ty as u8).0);
                 self.ov.delete(by_id);
             }
         }

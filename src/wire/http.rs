@@ -42,14 +42,16 @@ fn json_response(status: u16, body: &Value) -> HttpResponse {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut r = Response::new(Full::new(Bytes::from(bytes)));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
 fn text_response(status: u16, body: String, content_type: &'static str) -> HttpResponse {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 
@@ -71,7 +73,9 @@ fn protocol_error(e: &Error) -> HttpResponse {
 }
 
 fn header<'a>(h: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
-    names.iter().find_map(|n| h.get(*n).and_then(|v| v.to_str().ok()))
+    names
+        .iter()
+        .find_map(|n| h.get(*n).and_then(|v| v.to_str().ok()))
 }
 
 /// The credential as sent: `Authorization: Bearer`, `X-Service-Token` or `token`.
@@ -103,7 +107,12 @@ impl RequestMeta {
         }
     }
 
-    fn envelope(&self, transport: Transport, scope: Option<String>, operation: protocol::Operation) -> Envelope {
+    fn envelope(
+        &self,
+        transport: Transport,
+        scope: Option<String>,
+        operation: protocol::Operation,
+    ) -> Envelope {
         Envelope {
             credential: self.credential.clone(),
             tenant_header: self.tenant.clone(),
@@ -133,7 +142,9 @@ fn check_depth(body: &[u8], max: usize) -> Result<()> {
             b'[' | b'{' => {
                 depth += 1;
                 if depth > max {
-                    return Err(Error::invalid(format!("JSON body is nested deeper than {max} levels")));
+                    return Err(Error::invalid(format!(
+                        "JSON body is nested deeper than {max} levels"
+                    )));
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
@@ -148,10 +159,17 @@ async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
     let too_large = || {
         Error::new(
             ErrorCode::PayloadTooLarge,
-            format!("request body is larger than {} bytes", limits.max_body_bytes),
+            format!(
+                "request body is larger than {} bytes",
+                limits.max_body_bytes
+            ),
         )
     };
-    if let Some(len) = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
+    if let Some(len) = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    {
         if len > limits.max_body_bytes {
             return Err(too_large());
         }
@@ -160,7 +178,9 @@ async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
         .collect()
         .await
         .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 too_large()
             } else {
                 Error::invalid(format!("could not read the request body: {e}"))
@@ -175,7 +195,10 @@ async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
 }
 
 /// Entry of every HTTP request: routes, times, counts.
-pub async fn handle(state: Arc<HttpState>, req: Request<Incoming>) -> std::result::Result<HttpResponse, std::convert::Infallible> {
+pub async fn handle(
+    state: Arc<HttpState>,
+    req: Request<Incoming>,
+) -> std::result::Result<HttpResponse, std::convert::Infallible> {
     let start = Instant::now();
     let method = method_name(req.method());
     let timeout = Duration::from_millis(state.limits.request_timeout_ms);
@@ -183,10 +206,18 @@ pub async fn handle(state: Arc<HttpState>, req: Request<Incoming>) -> std::resul
         Ok(r) => r,
         Err(_) => (
             "timeout",
-            rest_error(&Error::new(ErrorCode::Timeout, format!("request exceeded its {} ms time budget", timeout.as_millis()))),
+            rest_error(&Error::new(
+                ErrorCode::Timeout,
+                format!(
+                    "request exceeded its {} ms time budget",
+                    timeout.as_millis()
+                ),
+            )),
         ),
     };
-    state.metrics.observe(route, method, resp.status().as_u16(), start.elapsed());
+    state
+        .metrics
+        .observe(route, method, resp.status().as_u16(), start.elapsed());
     Ok(resp)
 }
 
@@ -206,12 +237,18 @@ fn method_name(m: &Method) -> &'static str {
 /// Dispatches on path; returns the route template (for metrics) and the response.
 async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, HttpResponse) {
     let path = req.uri().path().trim_end_matches('/').to_string();
-    let path = if path.is_empty() { "/".to_string() } else { path };
+    let path = if path.is_empty() {
+        "/".to_string()
+    } else {
+        path
+    };
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/health") => ("/health", json_response(200, &json!({"status": "ok"}))),
         (Method::GET, "/api/v1/settings") => ("/api/v1/settings", settings(state)),
         (Method::GET, "/metrics") => ("/metrics", metrics(state, req.headers()).await),
-        (Method::POST, "/protocol/v1/execute") => ("/protocol/v1/execute", execute_protocol(state, req).await),
+        (Method::POST, "/protocol/v1/execute") => {
+            ("/protocol/v1/execute", execute_protocol(state, req).await)
+        }
         (_, p) if p.starts_with("/.well-known/") || p.starts_with("/oauth/") => (
             "/oauth",
             rest_error(&Error::unsupported("the OAuth 2.1 authorization server")),
@@ -219,7 +256,11 @@ async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, Http
         (_, p) if p.starts_with("/api/v1/") => rest::route(state, req).await,
         _ => (
             "unmatched",
-            rest_error(&Error::not_found(format!("no route for {} {}", req.method(), crate::model::truncate(&path, 200)))),
+            rest_error(&Error::not_found(format!(
+                "no route for {} {}",
+                req.method(),
+                crate::model::truncate(&path, 200)
+            ))),
         ),
     }
 }
@@ -249,7 +290,11 @@ async fn metrics(state: &HttpState, headers: &HeaderMap) -> HttpResponse {
         return rest_error(&e);
     }
     match state.engine.totals() {
-        Ok((records, tenants)) => text_response(200, state.metrics.render(records, tenants), "text/plain; version=0.0.4"),
+        Ok((records, tenants)) => text_response(
+            200,
+            state.metrics.render(records, tenants),
+            "text/plain; version=0.0.4",
+        ),
         Err(e) => rest_error(&e),
     }
 }

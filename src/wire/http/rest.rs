@@ -7,8 +7,9 @@ use crate::error::{Error, Result};
 use crate::model::infer::PropertyInput;
 use crate::model::Record;
 use crate::protocol::{
-    self, DeletePropertyOp, DeleteRecordOp, DescribeOp, DescribeQuery, DocQuery, IdRef, InlineVector, Mutation, Operation,
-    PropertyValuesOp, PropertyValuesQuery, PutMode, PutRecordOp, QueryDocument, QueryOp, RecordQuery, WriteOptions,
+    self, DeletePropertyOp, DeleteRecordOp, DescribeOp, DescribeQuery, DocQuery, IdRef,
+    InlineVector, Mutation, Operation, PropertyValuesOp, PropertyValuesQuery, PutMode, PutRecordOp,
+    QueryDocument, QueryOp, RecordQuery, WriteOptions,
 };
 use crate::store::records::PropertyInfo;
 use hyper::body::Incoming;
@@ -43,7 +44,10 @@ fn ok(status: u16, data: Value) -> HttpResponse {
 
 fn list(state: &HttpState, items: Vec<Value>, total: u64) -> HttpResponse {
     if state.flat_lists {
-        json_response(200, &json!({"success": true, "data": items, "total": total}))
+        json_response(
+            200,
+            &json!({"success": true, "data": items, "total": total}),
+        )
     } else {
         ok(200, json!({"data": items, "total": total}))
     }
@@ -125,14 +129,25 @@ fn edit_op(id: &str, mode: PutMode, body: Value) -> Result<Operation> {
         Some(Value::String(s)) => Some(s),
         Some(_) => return Err(Error::invalid("body.label: must be a string")),
     };
-    let vectors: Option<Vec<InlineVector>> = m.remove("vectors").map(|v| protocol::decode(v, "body.vectors")).transpose()?;
-    let options: Option<WriteOptions> = m.remove("options").map(|v| protocol::decode(v, "body.options")).transpose()?;
+    let vectors: Option<Vec<InlineVector>> = m
+        .remove("vectors")
+        .map(|v| protocol::decode(v, "body.vectors"))
+        .transpose()?;
+    let options: Option<WriteOptions> = m
+        .remove("options")
+        .map(|v| protocol::decode(v, "body.options"))
+        .transpose()?;
     let (data, typed) = if flat {
         (m, None)
     } else {
-        let data: Option<Map<String, Value>> = m.remove("data").map(|v| protocol::decode(v, "body.data")).transpose()?;
-        let typed: Option<Vec<PropertyInput>> =
-            m.remove("properties").map(|v| protocol::decode(v, "body.properties")).transpose()?;
+        let data: Option<Map<String, Value>> = m
+            .remove("data")
+            .map(|v| protocol::decode(v, "body.data"))
+            .transpose()?;
+        let typed: Option<Vec<PropertyInput>> = m
+            .remove("properties")
+            .map(|v| protocol::decode(v, "body.properties"))
+            .transpose()?;
         (data.unwrap_or_default(), typed)
     };
     Ok(Operation::Mutate(Mutation::PutRecord(PutRecordOp {
@@ -154,9 +169,17 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
     let segs: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
     let (template, result) = match (&method, segs.as_slice()) {
         (&Method::POST, ["records"]) => ("/api/v1/records", create(state, &meta, req).await),
-        (&Method::POST, ["records", "search"]) => ("/api/v1/records/search", search(state, &meta, req).await),
-        (&Method::POST, ["query", "records", "find"]) => ("/api/v1/query/records/find", search(state, &meta, req).await),
-        (&Method::POST, ["records", "delete"]) => ("/api/v1/records/delete", delete_many(state, &meta, req).await),
+        (&Method::POST, ["records", "search"]) => {
+            ("/api/v1/records/search", search(state, &meta, req).await)
+        }
+        (&Method::POST, ["query", "records", "find"]) => (
+            "/api/v1/query/records/find",
+            search(state, &meta, req).await,
+        ),
+        (&Method::POST, ["records", "delete"]) => (
+            "/api/v1/records/delete",
+            delete_many(state, &meta, req).await,
+        ),
         (&Method::GET, ["records", id]) => ("/api/v1/records/{id}", {
             let op = Operation::Query(QueryOp::Record(RecordQuery { id: id.to_string() }));
             run(state, &meta, op).await.map(|o| match o {
@@ -164,14 +187,30 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
                 other => unexpected(other),
             })
         }),
-        (&Method::PATCH, ["records", id]) => ("/api/v1/records/{id}", edit(state, &meta, req, id, PutMode::Merge).await),
-        (&Method::PUT, ["records", id]) => ("/api/v1/records/{id}", edit(state, &meta, req, id, PutMode::Replace).await),
+        (&Method::PATCH, ["records", id]) => (
+            "/api/v1/records/{id}",
+            edit(state, &meta, req, id, PutMode::Merge).await,
+        ),
+        (&Method::PUT, ["records", id]) => (
+            "/api/v1/records/{id}",
+            edit(state, &meta, req, id, PutMode::Replace).await,
+        ),
         (&Method::DELETE, ["records", id]) => ("/api/v1/records/{id}", {
-            let op = Operation::Mutate(Mutation::DeleteRecord(DeleteRecordOp { id: Some(id.to_string()), record: None }));
-            run(state, &meta, op).await.map(|_| ok(200, json!({"message": "Record deleted"})))
+            let op = Operation::Mutate(Mutation::DeleteRecord(DeleteRecordOp {
+                id: Some(id.to_string()),
+                record: None,
+            }));
+            run(state, &meta, op)
+                .await
+                .map(|_| ok(200, json!({"message": "Record deleted"})))
         }),
-        (&Method::POST, ["labels", "search"]) => ("/api/v1/labels/search", labels(state, &meta, req).await),
-        (&Method::POST, ["properties", "search"]) => ("/api/v1/properties/search", properties(state, &meta, req).await),
+        (&Method::POST, ["labels", "search"]) => {
+            ("/api/v1/labels/search", labels(state, &meta, req).await)
+        }
+        (&Method::POST, ["properties", "search"]) => (
+            "/api/v1/properties/search",
+            properties(state, &meta, req).await,
+        ),
         (&Method::GET, ["properties", id]) => ("/api/v1/properties/{id}", {
             let op = Operation::Describe(DescribeOp::Property(IdRef { id: id.to_string() }));
             run(state, &meta, op).await.map(|o| match o {
@@ -180,9 +219,15 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
             })
         }),
         (&Method::DELETE, ["properties", id]) => ("/api/v1/properties/{id}", {
-            let op = Operation::Mutate(Mutation::DeleteProperty(DeletePropertyOp { id: Some(id.to_string()), name: None }));
+            let op = Operation::Mutate(Mutation::DeleteProperty(DeletePropertyOp {
+                id: Some(id.to_string()),
+                name: None,
+            }));
             run(state, &meta, op).await.map(|o| match o {
-                Outcome::Affected(n) => ok(200, json!({"message": format!("Property deleted from {n} record(s)")})),
+                Outcome::Affected(n) => ok(
+                    200,
+                    json!({"message": format!("Property deleted from {n} record(s)")}),
+                ),
                 other => unexpected(other),
             })
         }),
@@ -198,7 +243,10 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
                     labels: None,
                     predicate: None,
                 };
-                let op = Operation::Query(QueryOp::PropertyValues(PropertyValuesOp { property: id, query: q }));
+                let op = Operation::Query(QueryOp::PropertyValues(PropertyValuesOp {
+                    property: id,
+                    query: q,
+                }));
                 run(state, &meta, op).await.map(unexpected)
             }
             .await
@@ -211,11 +259,17 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
         }),
         _ => match later_route(&method, &segs) {
             Some((template, what)) => (template, {
-                state.engine.authenticate(meta.credential.as_deref()).and_then(|_| Err(Error::unsupported(what)))
+                state
+                    .engine
+                    .authenticate(meta.credential.as_deref())
+                    .and_then(|_| Err(Error::unsupported(what)))
             }),
             None => (
                 "unmatched",
-                Err(Error::not_found(format!("no route for {method} {}", crate::model::truncate(&path, 200)))),
+                Err(Error::not_found(format!(
+                    "no route for {method} {}",
+                    crate::model::truncate(&path, 200)
+                ))),
             ),
         },
     };
@@ -226,14 +280,28 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
 /// (after authentication) rather than 404, naming the capability.
 fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static str)> {
     Some(match (method, segs) {
-        (&Method::POST, ["records", _, "search"]) => ("/api/v1/records/{id}/search", "search among related records"),
-        (&Method::POST, ["records", "import", "json"]) => ("/api/v1/records/import/json", "JSON import"),
-        (&Method::POST, ["records", "import", "csv"]) => ("/api/v1/records/import/csv", "CSV import"),
-        (&Method::POST, ["records", "export", "csv"]) => ("/api/v1/records/export/csv", "CSV export"),
-        (_, ["records", _, "relationships"]) => ("/api/v1/records/{id}/relationships", "relationships"),
+        (&Method::POST, ["records", _, "search"]) => (
+            "/api/v1/records/{id}/search",
+            "search among related records",
+        ),
+        (&Method::POST, ["records", "import", "json"]) => {
+            ("/api/v1/records/import/json", "JSON import")
+        }
+        (&Method::POST, ["records", "import", "csv"]) => {
+            ("/api/v1/records/import/csv", "CSV import")
+        }
+        (&Method::POST, ["records", "export", "csv"]) => {
+            ("/api/v1/records/export/csv", "CSV export")
+        }
+        (_, ["records", _, "relationships"]) => {
+            ("/api/v1/records/{id}/relationships", "relationships")
+        }
         (_, ["relationships", ..]) => ("/api/v1/relationships", "relationships"),
         (_, ["tx", ..]) => ("/api/v1/tx", "transactions"),
-        (_, ["query", "raw"]) => ("/api/v1/query/raw", "raw graph queries (no customer-owned graph database is connected)"),
+        (_, ["query", "raw"]) => (
+            "/api/v1/query/raw",
+            "raw graph queries (no customer-owned graph database is connected)",
+        ),
         (_, ["ai", ..]) => ("/api/v1/ai", "embedding indexes and AI search"),
         (_, ["billing", ..]) => ("/api/v1/billing", "billing (a hosted-offering feature)"),
         _ => return None,
@@ -241,16 +309,29 @@ fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static
 }
 
 fn unexpected(o: Outcome) -> HttpResponse {
-    rest_error(&Error::internal(format!("unexpected outcome for route: {o:?}")))
+    rest_error(&Error::internal(format!(
+        "unexpected outcome for route: {o:?}"
+    )))
 }
 
 async fn run(state: &HttpState, meta: &RequestMeta, op: Operation) -> Result<Outcome> {
-    state.engine.execute(meta.envelope(Transport::Rest, None, op)).await
+    state
+        .engine
+        .execute(meta.envelope(Transport::Rest, None, op))
+        .await
 }
 
-async fn create(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+async fn create(
+    state: &HttpState,
+    meta: &RequestMeta,
+    req: Request<Incoming>,
+) -> Result<HttpResponse> {
     let b: CreateBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
-    let return_result = b.options.as_ref().and_then(|o| o.return_result).unwrap_or(false);
+    let return_result = b
+        .options
+        .as_ref()
+        .and_then(|o| o.return_result)
+        .unwrap_or(false);
     let op = Operation::Mutate(Mutation::PutRecord(PutRecordOp {
         mode: PutMode::Create,
         label: Some(b.label.unwrap_or_default()),
@@ -262,12 +343,21 @@ async fn create(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -
     }));
     match run(state, meta, op).await? {
         Outcome::Record(r) if return_result => Ok(ok(201, record_json(&r))),
-        Outcome::Record(r) => Ok(ok(201, json!({"id": r.id.to_string(), "message": "Record created"}))),
+        Outcome::Record(r) => Ok(ok(
+            201,
+            json!({"id": r.id.to_string(), "message": "Record created"}),
+        )),
         other => Ok(unexpected(other)),
     }
 }
 
-async fn edit(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>, id: &str, mode: PutMode) -> Result<HttpResponse> {
+async fn edit(
+    state: &HttpState,
+    meta: &RequestMeta,
+    req: Request<Incoming>,
+    id: &str,
+    mode: PutMode,
+) -> Result<HttpResponse> {
     let op = edit_op(id, mode, read_json(req, &state.limits).await?)?;
     match run(state, meta, op).await? {
         Outcome::Record(r) => Ok(ok(201, record_json(&r))),
@@ -275,36 +365,70 @@ async fn edit(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>, id:
     }
 }
 
-async fn search(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+async fn search(
+    state: &HttpState,
+    meta: &RequestMeta,
+    req: Request<Incoming>,
+) -> Result<HttpResponse> {
     let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
-    let op = Operation::Query(QueryOp::Records(DocQuery { query: b.document() }));
+    let op = Operation::Query(QueryOp::Records(DocQuery {
+        query: b.document(),
+    }));
     match run(state, meta, op).await? {
-        Outcome::Records { records, total } => Ok(list(state, records.iter().map(record_json).collect(), total)),
+        Outcome::Records { records, total } => Ok(list(
+            state,
+            records.iter().map(record_json).collect(),
+            total,
+        )),
         other => Ok(unexpected(other)),
     }
 }
 
-async fn delete_many(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+async fn delete_many(
+    state: &HttpState,
+    meta: &RequestMeta,
+    req: Request<Incoming>,
+) -> Result<HttpResponse> {
     let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
-    let op = Operation::Mutate(Mutation::DeleteRecords(DocQuery { query: b.document() }));
+    let op = Operation::Mutate(Mutation::DeleteRecords(DocQuery {
+        query: b.document(),
+    }));
     match run(state, meta, op).await? {
-        Outcome::Affected(n) => Ok(ok(201, json!({"message": format!("{n} record(s) deleted")}))),
+        Outcome::Affected(n) => Ok(ok(
+            201,
+            json!({"message": format!("{n} record(s) deleted")}),
+        )),
         other => Ok(unexpected(other)),
     }
 }
 
-async fn labels(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+async fn labels(
+    state: &HttpState,
+    meta: &RequestMeta,
+    req: Request<Incoming>,
+) -> Result<HttpResponse> {
     let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
-    let op = Operation::Describe(DescribeOp::Labels(DescribeQuery { query: Some(b.document()) }));
+    let op = Operation::Describe(DescribeOp::Labels(DescribeQuery {
+        query: Some(b.document()),
+    }));
     match run(state, meta, op).await? {
-        Outcome::Labels(ls) => Ok(ok(200, Value::Object(ls.into_iter().map(|(l, c)| (l, json!(c))).collect()))),
+        Outcome::Labels(ls) => Ok(ok(
+            200,
+            Value::Object(ls.into_iter().map(|(l, c)| (l, json!(c))).collect()),
+        )),
         other => Ok(unexpected(other)),
     }
 }
 
-async fn properties(state: &HttpState, meta: &RequestMeta, req: Request<Incoming>) -> Result<HttpResponse> {
+async fn properties(
+    state: &HttpState,
+    meta: &RequestMeta,
+    req: Request<Incoming>,
+) -> Result<HttpResponse> {
     let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
-    let op = Operation::Describe(DescribeOp::Properties(DescribeQuery { query: Some(b.document()) }));
+    let op = Operation::Describe(DescribeOp::Properties(DescribeQuery {
+        query: Some(b.document()),
+    }));
     match run(state, meta, op).await? {
         Outcome::Properties(ps) => {
             let n = ps.len() as u64;

@@ -1,1 +1,81 @@
-fn main() {}
+//! Physical reference for HTTP benchmarks: a null handler on the engine's own HTTP stack
+//! (tokio multi-thread runtime, hyper 1 http1 keep-alive, TCP_NODELAY). Every request gets
+//! `200 {"success":true}` with `content-type: application/json`; request bodies are drained.
+//!
+//!   null_http --addr 127.0.0.1:PORT
+//!
+//! Prints `listening http ADDR` on stdout once bound; SIGTERM/SIGINT stop it (default action).
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::io::Write;
+use std::time::Duration;
+
+static BODY: &[u8] = br#"{"success":true}"#;
+
+async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    // Read the body like a real handler would (POST benchmarks send one).
+    let _ = req.into_body().collect().await;
+    let mut r = Response::new(Full::new(Bytes::from_static(BODY)));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(r)
+}
+
+fn main() {
+    let mut addr = String::from("127.0.0.1:0");
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--addr" => addr = args.next().expect("--addr needs a value"),
+            // `cargo bench` passes --bench; ignore it and any other libtest-style flags.
+            "--bench" => {}
+            "-h" | "--help" => {
+                println!("usage: null_http --addr 127.0.0.1:PORT");
+                return;
+            }
+            other => {
+                eprintln!("null_http: unknown argument {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr).await.unwrap_or_else(|e| {
+            eprintln!("null_http: cannot listen on {addr}: {e}");
+            std::process::exit(1);
+        });
+        let bound = listener.local_addr().expect("local_addr");
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "listening http {bound}");
+            let _ = out.flush();
+        }
+        // Same builder settings as the engine's wire::http::connection_builder().
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .keep_alive(true)
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30))
+            .max_buf_size(1024 * 1024);
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(c) => c,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let conn = builder.serve_connection(TokioIo::new(stream), service_fn(handle));
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+        }
+    });
+}

@@ -13,7 +13,7 @@ fn main() {
             );
         }
         Command::Serve(args) => {
-            let code = match engine::server::resolve(args) {
+            let code = match engine::server::resolve(*args) {
                 Err(e) => {
                     engine::log::error(&e);
                     2

@@ -16,7 +16,7 @@ pub const PROTOCOL_VERSION: i64 = 1;
 const PATH_MARK: char = '\u{1}';
 
 /// Decodes a payload with path tracking, for use inside a `Deserialize` impl.
-fn sub<'de, T: serde::de::DeserializeOwned, E: serde::de::Error>(v: Value) -> Result<T, E> {
+fn sub<T: serde::de::DeserializeOwned, E: serde::de::Error>(v: Value) -> Result<T, E> {
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();

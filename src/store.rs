@@ -63,6 +63,9 @@ struct WriteRequest {
 
 type TenantCache = Arc<RwLock<HashMap<String, u64>>>;
 
+/// A tenant a batch created: its name and id, for the cache once the group commits.
+type CreatedTenant = (String, u64);
+
 pub struct Store {
     db: Arc<redb::Database>,
     pub mode: TenancyMode,
@@ -360,7 +363,7 @@ fn apply_batch<R: KvRead>(
     ov: &mut Overlay<'_, R>,
     req: &WriteRequest,
     seq: u64,
-) -> Result<(Vec<WriteOutcome>, Option<(String, u64)>)> {
+) -> Result<(Vec<WriteOutcome>, Option<CreatedTenant>)> {
     let (tenant, created) = resolve_tenant_for_write(ov, &req.tenant)?;
     let mut w = RecordWriter::new(ov, tenant, seq);
     let mut out = Vec::with_capacity(req.ops.len());

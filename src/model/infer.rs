@@ -39,7 +39,9 @@ pub fn number_scalar(n: &serde_json::Number) -> Result<Scalar> {
 
 /// A finite float that is integral and inside the i64 range is stored as an integer.
 pub fn float_scalar(f: f64) -> Scalar {
-    if f.fract() == 0.0 && f >= -9.223_372_036_854_775_808e18 && f < 9.223_372_036_854_775_808e18 {
+    // ±2^63: the i64 range, exactly representable as f64.
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if f.fract() == 0.0 && (-TWO_63..TWO_63).contains(&f) {
         Scalar::Int(f as i64)
     } else {
         Scalar::Float(f)

@@ -94,7 +94,7 @@ impl FileConfig {
     pub fn load(path: &Path) -> Result<FileConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+        Self::parse(&text).map_err(|e| format!("{e} (config file {})", path.display()))
     }
 
     pub fn parse(text: &str) -> Result<FileConfig, String> {

@@ -92,21 +92,21 @@ fn announce(kind: &str, addr: SocketAddr) {
     let _ = out.flush();
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        if let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            tokio::select! {
-                _ = ctrl_c => {},
-                _ = term.recv() => {},
-            }
-            return;
+/// Registers the SIGTERM/SIGINT handlers now (before any listener is announced, so a signal
+/// sent right after the `listening` line is handled) and returns a future that resolves on
+/// the first of them.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let mut int =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
         }
-    }
-    let _ = ctrl_c.await;
+    })
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -120,6 +120,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         }
         crate::log::warn("running with the development token `dev-token`: set --token or SERVICE_TOKEN outside local development");
     }
+    let signal = shutdown_signal()?;
     let mode = if cfg.file.multitenant {
         TenancyMode::Multi
     } else {
@@ -157,7 +158,6 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let builder = http::connection_builder();
-    let signal = shutdown_signal();
     tokio::pin!(signal);
     loop {
         tokio::select! {

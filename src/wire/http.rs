@@ -191,7 +191,11 @@ async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
         return Ok(json!({}));
     }
     check_depth(&body, limits.max_json_depth)?;
-    serde_json::from_slice(&body).map_err(|e| Error::invalid(format!("malformed JSON body: {e}")))
+    match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(Error::invalid("body must be a JSON object")),
+        Err(e) => Err(Error::invalid(format!("malformed JSON body: {e}"))),
+    }
 }
 
 /// Entry of every HTTP request: routes, times, counts.
@@ -215,6 +219,12 @@ pub async fn handle(
             )),
         ),
     };
+    let mut resp = resp;
+    if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        // The rest of the body was not read, so the connection cannot be reused.
+        resp.headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    }
     state
         .metrics
         .observe(route, method, resp.status().as_u16(), start.elapsed());
@@ -302,6 +312,8 @@ async fn metrics(state: &HttpState, headers: &HeaderMap) -> HttpResponse {
 async fn execute_protocol(state: &HttpState, req: Request<Incoming>) -> HttpResponse {
     let meta = RequestMeta::from_headers(req.headers());
     let result = async {
+        // The credential is checked before the body is read or parsed.
+        state.engine.authenticate(meta.credential.as_deref())?;
         let body = read_json(req, &state.limits).await?;
         if let Some(v) = body.get("protocolVersion") {
             if v.as_i64() != Some(PROTOCOL_VERSION) {

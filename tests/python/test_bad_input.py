@@ -1,0 +1,449 @@
+"""Hostile and malformed input. Every refusal must be a clean 4xx with the documented error
+envelope, and afterwards the server must still serve with the stored data unchanged
+(compared as a full snapshot: records, labels, properties)."""
+
+import json
+import uuid
+
+import pytest
+import requests
+
+from conftest import (DEV_TOKEN, REASON, assert_protocol_error, assert_rest_error, unchanged,
+                      unique)
+
+SEED_LABEL = "SEED"
+
+
+@pytest.fixture(scope="module")
+def seeded(module_api):
+    """Data that must survive every bad request."""
+    ids = [module_api.create(SEED_LABEL, {"i": i, "name": f"n{i}", "tags": ["a", "b"], "when": "2024-01-02",
+                                          "ok": i % 2 == 0}) for i in range(5)]
+    module_api.create("OTHER", {"x": 1.5})
+    return ids
+
+
+@pytest.fixture
+def api(module_api, seeded):
+    return module_api
+
+
+def raw(api, method, path, data, headers=None, auth=True):
+    h = {"Content-Type": "application/json"}
+    if auth:
+        h["Authorization"] = f"Bearer {DEV_TOKEN}"
+    h.update(headers or {})
+    return api.session.request(method, api.engine.url + path, data=data, headers=h, timeout=30)
+
+
+# ---------------------------------------------------------------------------------------
+# malformed JSON
+# ---------------------------------------------------------------------------------------
+
+MALFORMED = [
+    b'{"label": "X"',
+    b'{"label": "X", "data": {"a": 1}',
+    b'{"label": "X"} trailing',
+    b"{'label': 'X'}",
+    b'{"label": "X", "data": {"a": NaN}}',
+    b'{"label": "X", "data": {"a": Infinity}}',
+    b'{"label": "X", "data": {"a": 1e400}}',
+    b'{"label": "X",}',
+    b"\xff\xfe{}",
+    b'{"label": "\xc3\x28"}',
+    b"nul",
+]
+
+
+@pytest.mark.parametrize("body", MALFORMED, ids=[f"m{i}" for i in range(len(MALFORMED))])
+@pytest.mark.parametrize("method,path", [
+    ("POST", "/api/v1/records"), ("POST", "/api/v1/records/search"), ("POST", "/api/v1/labels/search"),
+    ("PATCH", "/api/v1/records/{seed}"), ("PUT", "/api/v1/records/{seed}"),
+])
+def test_malformed_json_rest(api, seeded, body, method, path):
+    with unchanged(api):
+        r = raw(api, method, path.format(seed=seeded[0]), body)
+        assert_rest_error(r, 400, "invalid_argument")
+        assert r.json()["error"] == REASON[400]
+
+
+@pytest.mark.parametrize("body", MALFORMED, ids=[f"m{i}" for i in range(len(MALFORMED))])
+def test_malformed_json_protocol(api, body):
+    with unchanged(api):
+        assert_protocol_error(raw(api, "POST", "/protocol/v1/execute", body), 400, "invalid_argument")
+
+
+def test_malformed_json_message_says_so(api):
+    r = raw(api, "POST", "/api/v1/records", b'{"label": ')
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["JSON"])
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("POST", "/api/v1/records", ["ARRAYBODY", {"a": 1}]),
+    ("POST", "/api/v1/records/search", [1, 0]),
+    ("POST", "/protocol/v1/execute", [1, None, {"kind": "describe", "describe": {"kind": "buildInfo"}}]),
+], ids=["create", "search", "protocol"])
+def test_array_body_is_refused(api, method, path, body):
+    with unchanged(api):
+        r = raw(api, method, path, json.dumps(body).encode())
+        assert r.status_code == 400, r.text
+        code = r.json()["error"]["code"] if path.startswith("/protocol") else r.json()["code"]
+        assert code == "invalid_argument"
+
+
+@pytest.mark.parametrize("method", ["PATCH", "PUT"])
+@pytest.mark.parametrize("body", [b"[1]", b'"text"', b"42", b"null"])
+def test_edit_body_must_be_object(api, seeded, method, body):
+    with unchanged(api):
+        assert_rest_error(raw(api, method, f"/api/v1/records/{seeded[1]}", body), 400, "invalid_argument")
+
+
+# ---------------------------------------------------------------------------------------
+# wrong field types: 400 naming the path
+# ---------------------------------------------------------------------------------------
+
+WRONG_TYPES = [
+    ("POST", "/api/v1/records", {"label": "X", "options": {"returnResult": "yes"}}, "options.returnResult"),
+    ("POST", "/api/v1/records", {"label": "X", "options": {"suggestTypes": 1}}, "options.suggestTypes"),
+    ("POST", "/api/v1/records", {"label": "X", "options": {"capitalizeLabels": "no"}}, "options.capitalizeLabels"),
+    ("POST", "/api/v1/records", {"label": "X", "options": {"convertNumericValuesToNumbers": []}},
+     "options.convertNumericValuesToNumbers"),
+    ("POST", "/api/v1/records", {"label": "X", "options": "fast"}, "options"),
+    ("POST", "/api/v1/records", {"label": 5}, "label"),
+    ("POST", "/api/v1/records", {"label": "X", "data": [1, 2]}, "data"),
+    ("POST", "/api/v1/records", {"label": "X", "data": "a=1"}, "data"),
+    ("POST", "/api/v1/records", {"label": "X", "properties": {"a": 1}}, "properties"),
+    ("POST", "/api/v1/records", {"label": "X", "properties": [{"name": "a", "type": 5, "value": 1}]}, "properties[0].type"),
+    ("POST", "/api/v1/records", {"label": "X", "properties": [{"type": "number", "value": 1}]}, "name"),
+    ("POST", "/api/v1/records/search", {"limit": "ten"}, "limit"),
+    ("POST", "/api/v1/records/search", {"skip": 1.5}, "skip"),
+    ("POST", "/api/v1/records/search", {"labels": "SEED"}, "labels"),
+    ("POST", "/api/v1/records/search", {"labels": [1]}, "labels[0]"),
+    ("POST", "/api/v1/labels/search", {"labels": {"a": 1}}, "labels"),
+    ("PATCH", "/api/v1/records/{seed}", {"data": {"a": 1}, "label": 7}, "label"),
+    ("PATCH", "/api/v1/records/{seed}", {"data": [1]}, "data"),
+    ("PATCH", "/api/v1/records/{seed}", {"data": {"a": 1}, "options": {"suggestTypes": "x"}}, "options.suggestTypes"),
+    ("PUT", "/api/v1/records/{seed}", {"properties": "x"}, "properties"),
+    ("POST", "/protocol/v1/execute", {"protocolVersion": 1, "operation": {"kind": "query", "query": {
+        "kind": "records", "query": {"limit": "ten"}}}}, "operation.query.query.limit"),
+    ("POST", "/protocol/v1/execute", {"protocolVersion": 1, "operation": {"kind": "mutate", "mutation": {
+        "kind": "putRecord", "mode": "upsert", "label": "X"}}}, "operation.mutation.mode"),
+    ("POST", "/protocol/v1/execute", {"protocolVersion": 1, "operation": {"kind": "mutate", "mutation": {
+        "kind": "putRecord", "mode": "create", "label": "X", "options": {"returnResult": 1}}}},
+     "operation.mutation.options.returnResult"),
+    ("POST", "/protocol/v1/execute", {"protocolVersion": 1, "operation": {"kind": 7}}, "operation.kind"),
+    ("POST", "/protocol/v1/execute", {"protocolVersion": 1, "operation": "query"}, "operation"),
+]
+
+
+@pytest.mark.parametrize("method,path,body,field", WRONG_TYPES, ids=[f"{w[0]} {w[3]}" for w in WRONG_TYPES])
+def test_wrong_field_type_names_the_path(api, seeded, method, path, body, field):
+    with unchanged(api):
+        r = raw(api, method, path.format(seed=seeded[2]), json.dumps(body).encode())
+        if path.startswith("/protocol"):
+            assert_protocol_error(r, 400, "invalid_argument", message_contains=[field])
+        else:
+            assert_rest_error(r, 400, "invalid_argument", message_contains=[field])
+
+
+def test_unknown_fields_are_ignored(api):
+    label = unique("EXTRA")
+    r = api.post("/api/v1/records", {"label": label, "data": {"a": 1}, "extra": {"deep": [1]},
+                                     "options": {"returnResult": True, "whatever": 1}})
+    assert r.status_code == 201, r.text
+    assert r.json()["data"]["a"] == 1 and "extra" not in r.json()["data"]
+    api.delete(f"/api/v1/records/{r.json()['data']['id']}")
+
+
+# ---------------------------------------------------------------------------------------
+# ids in paths
+# ---------------------------------------------------------------------------------------
+
+BAD_IDS = [
+    "not-a-uuid",
+    "123",
+    "0190d5c2-8e3a-4b4c-9d2e-1a2b3c4d5e6f",  # v4
+    "6ba7b810-9dad-11d1-80b4-00c04fd430c8",  # v1
+    "00000000-0000-0000-0000-000000000000",  # nil
+    "0190d5c28e3a7b4c9d2e1a2b3c4d5e6f",      # v7 without hyphens
+    "{0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f}",
+    "urn:uuid:0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f",
+    "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6",    # one digit short
+    "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6fa",  # one digit long
+    "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6g",   # not hex
+]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+@pytest.mark.parametrize("method,prefix", [
+    ("GET", "/api/v1/records/"), ("PATCH", "/api/v1/records/"), ("PUT", "/api/v1/records/"),
+    ("DELETE", "/api/v1/records/"), ("GET", "/api/v1/properties/"), ("DELETE", "/api/v1/properties/"),
+])
+def test_invalid_uuid_in_path_is_400(api, method, prefix, bad):
+    body = json.dumps({"data": {"a": 1}}).encode() if method in ("PATCH", "PUT") else None
+    with unchanged(api):
+        r = raw(api, method, prefix + requests.utils.quote(bad, safe=""), body)
+        assert_rest_error(r, 400, "invalid_argument")
+
+
+@pytest.mark.parametrize("bad", ["0190d5c2-8e3a-4b4c-9d2e-1a2b3c4d5e6f", "nope"])
+def test_invalid_uuid_in_protocol_is_400(api, bad):
+    with unchanged(api):
+        r = api.protocol({"kind": "query", "query": {"kind": "record", "id": bad}})
+        assert_protocol_error(r, 400, "invalid_argument")
+        r = api.protocol({"kind": "mutate", "mutation": {"kind": "deleteRecord", "id": bad}})
+        assert_protocol_error(r, 400, "invalid_argument")
+        r = api.protocol({"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "create", "label": "X",
+                                                         "id": bad, "properties": {"a": 1}}})
+        assert_protocol_error(r, 400, "invalid_argument")
+
+
+def test_valid_v7_unknown_id_is_404_not_400(api):
+    rid = str(uuid.UUID("0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f"))
+    with unchanged(api):
+        assert_rest_error(api.get(f"/api/v1/records/{rid}"), 404, "not_found")
+        assert_rest_error(api.get(f"/api/v1/properties/{rid}"), 404, "not_found")
+        assert_rest_error(api.delete(f"/api/v1/properties/{rid}"), 404, "not_found")
+
+
+# ---------------------------------------------------------------------------------------
+# unknown routes
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method,path", [
+    ("POST", "/api/v1/nothing"), ("GET", "/x"), ("PATCH", "/api/v1/records"), ("POST", "/protocol/v2/execute"),
+])
+def test_unknown_route(api, method, path):
+    with unchanged(api):
+        assert_rest_error(raw(api, method, path, b"{}"), 404, "not_found")
+
+
+# ---------------------------------------------------------------------------------------
+# body size
+# ---------------------------------------------------------------------------------------
+
+LIMIT = 2048
+
+
+@pytest.fixture(scope="module")
+def small(request):
+    """An engine with --max-body-bytes 2048 and some data."""
+    from conftest import _factory
+    with _factory() as f:
+        e = f.start(extra_args=["--max-body-bytes", str(LIMIT)])
+        c = e.client()
+        c.create("KEEP", {"a": 1})
+        c.create("KEEP", {"b": "x" * 100})
+        yield c
+
+
+def _padded_create(size):
+    body = {"label": "BIG", "data": {"pad": ""}}
+    base = len(json.dumps(body))
+    body["data"]["pad"] = "x" * (size - base)
+    out = json.dumps(body).encode()
+    assert len(out) == size
+    return out
+
+
+def test_body_at_limit_is_accepted(small):
+    r = raw(small, "POST", "/api/v1/records", _padded_create(LIMIT))
+    assert r.status_code == 201, r.text
+    small.delete(f"/api/v1/records/{r.json()['data']['id']}")
+
+
+@pytest.mark.parametrize("size", [LIMIT + 1, 4 * LIMIT])
+def test_oversized_body_413(small, size):
+    with unchanged(small):
+        r = raw(small, "POST", "/api/v1/records", _padded_create(size))
+        assert_rest_error(r, 413, "payload_too_large")
+        assert r.json()["error"] == REASON[413]
+
+
+def test_oversized_chunked_body_413(small):
+    payload = _padded_create(4 * LIMIT)
+
+    def chunks():
+        for i in range(0, len(payload), 512):
+            yield payload[i:i + 512]
+
+    with unchanged(small):
+        r = small.session.post(small.engine.url + "/api/v1/records", data=chunks(),
+                               headers={"Authorization": f"Bearer {DEV_TOKEN}", "Content-Type": "application/json"},
+                               timeout=30)
+        assert_rest_error(r, 413, "payload_too_large")
+
+
+def test_oversized_protocol_body_413(small):
+    env = {"protocolVersion": 1, "operation": {"kind": "mutate", "mutation": {
+        "kind": "putRecord", "mode": "create", "label": "BIG", "properties": {"pad": "x" * (2 * LIMIT)}}}}
+    with unchanged(small):
+        assert_protocol_error(raw(small, "POST", "/protocol/v1/execute", json.dumps(env).encode()),
+                              413, "payload_too_large")
+
+
+def test_oversized_edit_body_413(small):
+    rid = small.all_records()[0]["id"]
+    with unchanged(small):
+        body = json.dumps({"data": {"pad": "x" * (2 * LIMIT)}}).encode()
+        assert_rest_error(raw(small, "PATCH", f"/api/v1/records/{rid}", body), 413, "payload_too_large")
+
+
+# ---------------------------------------------------------------------------------------
+# nesting depth
+# ---------------------------------------------------------------------------------------
+
+
+def _nested(depth):
+    """A create body whose deepest point has `depth` levels of {}/[] in total."""
+    inner = "1"
+    for _ in range(depth - 1):
+        inner = f"[{inner}]"
+    return ('{"label": "DEEP", "data": {}, "ignored": %s}' % inner).encode()
+
+
+def test_deep_nesting_400(api):
+    with unchanged(api):
+        assert_rest_error(raw(api, "POST", "/api/v1/records", _nested(65)), 400, "invalid_argument")
+        assert_rest_error(raw(api, "POST", "/api/v1/records", _nested(5000)), 400, "invalid_argument")
+        deep_obj = ('{"protocolVersion": 1, "operation": %s}' % ('{"a":' * 100 + "1" + "}" * 100)).encode()
+        assert_protocol_error(raw(api, "POST", "/protocol/v1/execute", deep_obj), 400, "invalid_argument")
+
+
+def test_nesting_at_64_is_parsed(api):
+    # 64 levels is within the limit: the body parses and the ignored field is dropped
+    r = raw(api, "POST", "/api/v1/records", _nested(64))
+    assert r.status_code == 201, r.text
+    assert api.delete(f"/api/v1/records/{r.json()['data']['id']}").status_code == 200
+
+
+def test_brackets_inside_strings_do_not_count(api):
+    label = unique("BRACKETS")
+    body = json.dumps({"label": label, "data": {"s": "[" * 200 + "{" * 200}, "options": {"returnResult": True}})
+    r = raw(api, "POST", "/api/v1/records", body.encode())
+    assert r.status_code == 201, r.text
+    assert r.json()["data"]["s"] == "[" * 200 + "{" * 200
+    api.delete(f"/api/v1/records/{r.json()['data']['id']}")
+
+
+# ---------------------------------------------------------------------------------------
+# credentials
+# ---------------------------------------------------------------------------------------
+
+AUTHED_ROUTES = [
+    ("POST", "/api/v1/records", {"label": "X", "data": {"a": 1}}),
+    ("GET", "/api/v1/records/{seed}", None),
+    ("PATCH", "/api/v1/records/{seed}", {"data": {"i": 100}}),
+    ("PUT", "/api/v1/records/{seed}", {"data": {"z": 1}}),
+    ("DELETE", "/api/v1/records/{seed}", None),
+    ("POST", "/api/v1/records/search", {}),
+    ("POST", "/api/v1/labels/search", {}),
+    ("POST", "/api/v1/properties/search", {}),
+    ("GET", "/api/v1/properties/{prop}", None),
+    ("DELETE", "/api/v1/properties/{prop}", None),
+    ("GET", "/api/v1/sdk/settings", None),
+    ("GET", "/metrics", None),
+    ("POST", "/protocol/v1/execute", {"protocolVersion": 1, "operation": {"kind": "mutate", "mutation": {
+        "kind": "putRecord", "mode": "create", "label": "X", "properties": {"a": 1}}}}),
+    ("POST", "/protocol/v1/execute", {"protocolVersion": 1, "operation": {"kind": "query", "query": {
+        "kind": "records", "query": {}}}}),
+]
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"X-Service-Token": "wrong"},
+                                     {"token": "wrong"}], ids=["missing", "bearer", "x-service-token", "token"])
+@pytest.mark.parametrize("method,path,body", AUTHED_ROUTES, ids=[f"{m} {p}" for m, p, _ in AUTHED_ROUTES])
+def test_missing_or_wrong_token_401(api, seeded, method, path, body, headers):
+    prop = api.property_by("name", "string")["id"]
+    with unchanged(api):
+        data = json.dumps(body).encode() if body is not None else None
+        r = raw(api, method, path.format(seed=seeded[3], prop=prop), data, headers=headers, auth=False)
+        if path.startswith("/protocol"):
+            assert_protocol_error(r, 401, "unauthenticated")
+        else:
+            assert_rest_error(r, 401, "unauthenticated")
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/api/v1/records", b'{"label": '),
+    ("/api/v1/records", b'{"label": "X", "options": {"returnResult": "yes"}}'),
+    ("/api/v1/records/search", b'{"limit": "ten"}'),
+    ("/protocol/v1/execute", b'{"protocolVersion": '),
+    ("/protocol/v1/execute", b'{"protocolVersion": 2, "operation": {"kind": "describe"}}'),
+], ids=["rest-malformed", "rest-wrong-type", "search-wrong-type", "protocol-malformed", "protocol-version"])
+def test_unauthenticated_bad_body_is_401(api, path, body):
+    with unchanged(api):
+        r = raw(api, "POST", path, body, auth=False)
+        assert r.status_code == 401, r.text
+
+
+# ---------------------------------------------------------------------------------------
+# Protocol v1 envelope
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [2, 0, -1, "1", 1.5, None])
+def test_protocol_version_other_than_1(api, version):
+    with unchanged(api):
+        r = api.protocol({"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "create", "label": "V2",
+                                                         "properties": {"a": 1}}}, version=version)
+        err = assert_protocol_error(r, 400, "invalid_argument")
+        if version == 2:
+            assert "protocolVersion" in err["message"]
+
+
+def test_protocol_version_missing(api):
+    with unchanged(api):
+        r = raw(api, "POST", "/protocol/v1/execute", json.dumps({"operation": {
+            "kind": "describe", "describe": {"kind": "buildInfo"}}}).encode())
+        assert_protocol_error(r, 400, "invalid_argument", message_contains=["protocolVersion"])
+
+
+@pytest.mark.parametrize("operation,needle", [
+    ({"kind": "frobnicate"}, "frobnicate"),
+    ({"kind": "frobnicate", "frobnicate": {}}, "frobnicate"),
+    ({"kind": "query", "query": {"kind": "nope"}}, "nope"),
+    ({"kind": "describe", "describe": {"kind": "everything"}}, "everything"),
+    ({"kind": "mutate", "mutation": {"kind": "explode"}}, "explode"),
+    ({"query": {"kind": "records"}}, "kind"),
+    ({"kind": "query"}, "query"),
+], ids=["unknown-kind", "unknown-kind-payload", "unknown-query", "unknown-describe", "unknown-mutation",
+        "missing-kind", "missing-payload"])
+def test_protocol_unknown_operation_400(api, operation, needle):
+    with unchanged(api):
+        r = api.protocol(operation)
+        assert_protocol_error(r, 400, "invalid_argument", message_contains=[needle])
+
+
+@pytest.mark.parametrize("operation", [
+    {"kind": "describe", "describe": {"kind": "labels"}},
+    {"kind": "query", "query": {"kind": "records", "query": {"labels": [SEED_LABEL]}}},
+    {"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "create", "label": "SCOPED", "properties": {"a": 1}}},
+], ids=["describe", "query", "mutate"])
+@pytest.mark.parametrize("scope", ["x", "default", ""])
+def test_scope_on_single_tenant_is_scope_mismatch(api, operation, scope):
+    with unchanged(api):
+        r = api.protocol(operation, context={"scope": scope})
+        assert_protocol_error(r, 400, "scope_mismatch")
+
+
+def test_tenant_header_on_single_tenant_is_refused(api):
+    with unchanged(api):
+        r = api.post("/api/v1/records", {"label": "TENANT", "data": {"a": 1}}, headers={"X-Service-Tenant": "t1"})
+        assert_rest_error(r, 400, "scope_mismatch")
+        r = api.protocol({"kind": "describe", "describe": {"kind": "labels"}}, headers={"X-RushDB-Tenant": "t1"})
+        assert_protocol_error(r, 400, "scope_mismatch")
+
+
+def test_server_still_serves_after_garbage(api, seeded):
+    """A burst of garbage on fresh connections, then the seed data reads back intact."""
+    with unchanged(api):
+        for body in MALFORMED + [b"\x00" * 100, b"{" * 10000, b"]" * 100]:
+            s = requests.Session()
+            r = s.post(api.engine.url + "/api/v1/records", data=body,
+                       headers={"Authorization": f"Bearer {DEV_TOKEN}"}, timeout=30)
+            assert r.status_code == 400, (body[:20], r.text)
+    recs = api.search({"labels": [SEED_LABEL], "orderBy": "asc"})
+    assert [x["id"] for x in recs["data"]] == seeded
+    assert [x["i"] for x in recs["data"]] == list(range(5))

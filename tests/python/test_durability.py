@@ -1,0 +1,364 @@
+"""Durability (acknowledged means durable, across kill -9 and graceful restarts) and the
+server's startup contract (refusals, config file, version)."""
+
+import re
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from conftest import DEV_TOKEN, ENGINE_BIN, ROOT, engine_env, run_engine, unique
+
+N = 300
+WORKERS = 16
+
+
+def _doc(i):
+    return {
+        "seq": i,
+        "name": f"record-{i:04d}",
+        "score": i + 0.25,
+        "even": i % 2 == 0,
+        "day": f"2024-01-{(i % 28) + 1:02d}",
+        "tags": [f"t{i % 3}", f"t{i % 5}"],
+    }
+
+
+def _concurrent_creates(engine, label, n=N, workers=WORKERS):
+    """Creates n records from `workers` concurrent clients; returns {id: doc} of the acknowledged ones."""
+    local = threading.local()
+
+    def one(i):
+        if not hasattr(local, "session"):
+            local.session = requests.Session()
+        r = local.session.post(engine.url + "/api/v1/records",
+                               json={"label": label, "data": _doc(i)},
+                               headers={"Authorization": f"Bearer {engine.token}"}, timeout=60)
+        assert r.status_code == 201, r.text
+        return r.json()["data"]["id"], _doc(i)
+
+    with ThreadPoolExecutor(workers) as pool:
+        acked = dict(pool.map(one, range(n)))
+    assert len(acked) == n
+    return acked
+
+
+def _check_all_there(api, label, acked):
+    recs = api.all_records([label])
+    assert len(recs) == len(acked)
+    by_id = {r["id"]: r for r in recs}
+    assert set(by_id) == set(acked)
+    for rid, doc in acked.items():
+        r = by_id[rid]
+        assert r["label"] == label
+        assert {k: r[k] for k in doc} == doc, (rid, r)
+        assert r["__proptypes"] == {"seq": "number", "name": "string", "score": "number", "even": "boolean",
+                                    "day": "datetime", "tags": "string"}
+    assert api.labels()[label] == len(acked)
+
+
+def test_acknowledged_creates_survive_kill9(engine):
+    api = engine.client()
+    label = unique("DURABLE")
+    acked = _concurrent_creates(engine, label)
+    engine.kill9()
+    assert engine.last_exit == -signal.SIGKILL
+    engine.start()
+    _check_all_there(api, label, acked)
+    # every id reads back individually too
+    for rid in list(acked)[:: 10]:
+        assert api.record(rid)["seq"] == acked[rid]["seq"]
+    # the store is writable after recovery and the counters are right
+    rid = api.create(label, _doc(N))
+    assert api.labels()[label] == N + 1
+    assert re.search(r"^engine_records %d$" % (N + 1), api.metrics(), re.M)
+    assert api.record(rid)["seq"] == N
+
+
+def test_acknowledged_edits_and_deletes_survive_kill9(engine):
+    api = engine.client()
+    label, moved = unique("EDITS"), unique("MOVED")
+    acked = _concurrent_creates(engine, label, n=64)
+    ids = sorted(acked)
+    deleted, patched, replaced, relabelled = ids[0:16], ids[16:32], ids[32:48], ids[48:56]
+
+    def work(rid):
+        c = engine.client()
+        if rid in deleted:
+            assert c.delete(f"/api/v1/records/{rid}").status_code == 200
+        elif rid in patched:
+            assert c.patch(f"/api/v1/records/{rid}", {"data": {"seq": -1, "name": None}}).status_code == 201
+        elif rid in replaced:
+            assert c.put(f"/api/v1/records/{rid}", {"data": {"only": rid}}).status_code == 201
+        elif rid in relabelled:
+            assert c.patch(f"/api/v1/records/{rid}", {"label": moved}).status_code == 201
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(work, ids))
+    name_prop = api.property_by("name", "string")
+    engine.crash_restart()
+    for rid in deleted:
+        assert api.get(f"/api/v1/records/{rid}").status_code == 404
+    for rid in patched:
+        r = api.record(rid)
+        assert r["seq"] == -1 and "name" not in r and r["score"] == acked[rid]["score"]
+    for rid in replaced:
+        r = api.record(rid)
+        assert set(r) == {"id", "label", "__id", "__label", "__proptypes", "only"} and r["only"] == rid
+    for rid in relabelled:
+        assert api.record(rid)["label"] == moved
+    assert api.labels()[label] == 64 - 16 - 8
+    assert api.labels()[moved] == 8
+    # property counters were made durable with the records
+    assert api.get(f"/api/v1/properties/{name_prop['id']}").json()["data"]["recordsCount"] == 64 - 16 - 16 - 16
+    assert name_prop["recordsCount"] == 64 - 16 - 16 - 16
+
+
+def test_graceful_sigterm_exits_0_and_keeps_data(engine):
+    api = engine.client()
+    label = unique("GRACEFUL")
+    acked = _concurrent_creates(engine, label, n=100)
+    assert engine.stop() == 0
+    assert not engine.running
+    engine.start()
+    _check_all_there(api, label, acked)
+    assert engine.stop() == 0
+    engine.start()
+    _check_all_there(api, label, acked)
+
+
+def test_sigterm_under_load_keeps_every_acknowledged_write(engine):
+    """SIGTERM while 16 clients write: exit 0, and every 201 the clients saw is on disk."""
+    label = unique("UNDERLOAD")
+    acked, lock, stop = {}, threading.Lock(), threading.Event()
+
+    def writer(w):
+        s = requests.Session()
+        i = 0
+        while not stop.is_set():
+            doc = _doc(w * 100000 + i)
+            i += 1
+            try:
+                r = s.post(engine.url + "/api/v1/records", json={"label": label, "data": doc},
+                           headers={"Authorization": f"Bearer {DEV_TOKEN}"}, timeout=30)
+            except requests.RequestException:
+                return
+            if r.status_code == 201:
+                with lock:
+                    acked[r.json()["data"]["id"]] = doc
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(WORKERS)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(acked) < 150 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    rc = engine.stop()
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert rc == 0, engine.log()
+    assert len(acked) >= 150
+    engine.start()
+    _check_all_there(engine.client(), label, acked)
+
+
+def test_repeated_crashes(engine):
+    api = engine.client()
+    label = unique("CRASHES")
+    expected = {}
+    for round_ in range(3):
+        expected.update(_concurrent_creates(engine, label, n=40))
+        engine.crash_restart()
+        assert api.labels()[label] == len(expected)
+    _check_all_there(api, label, expected)
+
+
+def test_sigterm_right_after_listening_line_exits_0(tmp_path):
+    """A supervisor may stop the server as soon as it has announced its address."""
+    codes = []
+    for i in range(40):
+        p = subprocess.Popen([ENGINE_BIN, "serve", "--data-dir", str(tmp_path / f"d{i}"), "--http-addr", "127.0.0.1:0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=engine_env())
+        try:
+            line = p.stdout.readline().decode()
+            assert line.startswith("listening http "), line
+            p.send_signal(signal.SIGTERM)
+            codes.append(p.wait(timeout=20))
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+    assert codes == [0] * len(codes)
+
+
+# ---------------------------------------------------------------------------------------
+# startup contract
+# ---------------------------------------------------------------------------------------
+
+
+def _serve(tmp_path, *args, token=None, timeout=20):
+    argv = ["serve", *args]
+    if token:
+        argv += ["--token", token]
+    return run_engine(argv, timeout=timeout)
+
+
+def _error_messages(stderr):
+    """The messages of ERROR log lines (`<millis> ERROR <message>`)."""
+    return [m.group(1) for m in re.finditer(r"^\d+ ERROR (.*)$", stderr, re.M)]
+
+
+def test_config_schema_version_2_refused(tmp_path):
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text('schema_version = 2\n[listen]\nhttp = "127.0.0.1:0"\n')
+    p = _serve(tmp_path, "--config", str(cfg), "--data-dir", str(tmp_path / "d"))
+    assert p.returncode != 0
+    assert "config version mismatch" in p.stderr
+    assert "listening" not in p.stdout
+    assert not (tmp_path / "d").exists()
+
+
+def test_config_without_schema_version_refused(tmp_path):
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text('[listen]\nhttp = "127.0.0.1:0"\n')
+    p = _serve(tmp_path, "--config", str(cfg), "--data-dir", str(tmp_path / "d"))
+    assert p.returncode != 0
+    assert "config version mismatch" in p.stderr
+    assert p.stdout == ""
+
+
+@pytest.mark.parametrize("text", ["schema_version = 2\n", "data_dir = \"x\"\n"], ids=["v2", "missing"])
+def test_config_mismatch_message_starts_with_phrase(tmp_path, text):
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text(text)
+    p = _serve(tmp_path, "--config", str(cfg), "--data-dir", str(tmp_path / "d"), "--http-addr", "127.0.0.1:0")
+    assert p.returncode != 0
+    msgs = _error_messages(p.stderr)
+    assert msgs and msgs[0].startswith("config version mismatch"), p.stderr
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('schema_version = 1\ntoken = "x"\n', "token"),
+    ('schema_version = 1\n[listen]\nhttp = "127.0.0.1:0"\nftp = "x"\n', "ftp"),
+    ('schema_version = 1\n[rest]\nenvelope = "weird"\n', "envelope"),
+    ('schema_version = 1\n[limits]\nmax_json_depth = 0\n', "max_json_depth"),
+    ("schema_version = 1\nthis is not toml\n", ""),
+], ids=["unknown-top", "unknown-nested", "bad-envelope", "bad-depth", "not-toml"])
+def test_bad_config_refused(tmp_path, text, needle):
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text(text)
+    p = _serve(tmp_path, "--config", str(cfg), "--data-dir", str(tmp_path / "d"), "--http-addr", "127.0.0.1:0")
+    assert p.returncode != 0
+    assert p.stdout == ""
+    assert needle in p.stderr
+    assert _error_messages(p.stderr)
+
+
+def test_valid_config_is_applied(engine_factory, tmp_path):
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text('schema_version = 1\n[listen]\nhttp = "127.0.0.1:0"\n[limits]\nmax_body_bytes = 300\n'
+                   '[rest]\nenvelope = "flat"\n')
+    e = engine_factory.start(extra_args=["--config", str(cfg)], http_addr="127.0.0.1:0")
+    api = e.client()
+    r = api.post("/api/v1/records", {"label": "CFG", "data": {"pad": "x" * 400}})
+    assert r.status_code == 413 and r.json()["code"] == "payload_too_large"
+    api.create("CFG", {"a": 1})
+    r = api.post("/api/v1/records/search", {"labels": ["CFG"]})
+    body = r.json()
+    assert isinstance(body["data"], list) and body["total"] == 1
+    assert api.get("/api/v1/settings", auth=False).json()["data"]["restEnvelope"] == "flat"
+
+
+def test_flags_override_config(engine_factory, tmp_path):
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text('schema_version = 1\n[limits]\nmax_body_bytes = 300\n')
+    e = engine_factory.start(extra_args=["--config", str(cfg), "--max-body-bytes", "100000"])
+    r = e.client().post("/api/v1/records", {"label": "CFG", "data": {"pad": "x" * 400}})
+    assert r.status_code == 201, r.text
+
+
+def test_packaged_example_config_starts(engine_factory):
+    example = ROOT / "packaging" / "engine.toml"
+    assert example.exists()
+    e = engine_factory.start(extra_args=["--config", str(example)])
+    assert e.client().labels() == {}
+
+
+def test_tenancy_switch_single_to_multi_refused(engine_factory):
+    e = engine_factory.start()
+    rid = e.client().create("KEEP", {"a": 1})
+    assert e.stop() == 0
+    p = _serve(None, "--data-dir", str(e.data_dir), "--http-addr", "127.0.0.1:0", "--multitenant")
+    assert p.returncode != 0
+    assert p.stdout == ""
+    assert "single-tenant" in p.stderr and "multitenant" in p.stderr
+    # the directory is untouched: it still starts in its own mode with its data
+    e.start()
+    assert e.client().record(rid)["a"] == 1
+
+
+def test_tenancy_switch_multi_to_single_refused(engine_factory):
+    e = engine_factory.start(extra_args=["--multitenant"])
+    r = e.client().get("/api/v1/settings", auth=False)
+    assert r.json()["data"]["multitenant"] is True
+    assert e.stop() == 0
+    p = _serve(None, "--data-dir", str(e.data_dir), "--http-addr", "127.0.0.1:0")
+    assert p.returncode != 0
+    assert p.stdout == ""
+    assert "single-tenant" in p.stderr and "multitenant" in p.stderr
+    e.start()
+    assert e.client().get("/api/v1/settings", auth=False).json()["data"]["multitenant"] is True
+
+
+@pytest.mark.parametrize("addr", ["0.0.0.0:0", "[::]:0"])
+def test_dev_token_on_non_loopback_refused(tmp_path, addr):
+    p = _serve(tmp_path, "--data-dir", str(tmp_path / "d"), "--http-addr", addr)
+    assert p.returncode != 0
+    assert p.stdout == ""
+    msgs = _error_messages(p.stderr)
+    assert msgs and "dev" in p.stderr.lower() and "token" in p.stderr.lower()
+    # same refusal when dev-token is passed explicitly
+    p = _serve(tmp_path, "--data-dir", str(tmp_path / "d"), "--http-addr", addr, token=DEV_TOKEN)
+    assert p.returncode != 0 and p.stdout == ""
+
+
+def test_real_token_on_non_loopback_starts(engine_factory):
+    e = engine_factory.start(token="a-real-secret", http_addr="0.0.0.0:0")
+    port = e.url.rsplit(":", 1)[1]
+    r = requests.post(f"http://127.0.0.1:{port}/api/v1/labels/search", json={},
+                      headers={"Authorization": "Bearer a-real-secret"}, timeout=10)
+    assert r.status_code == 200
+
+
+def test_dev_token_warns_on_loopback(engine):
+    assert "dev-token" in engine.log()
+    assert re.search(r"^\d+ WARN ", engine.log(), re.M)
+
+
+def test_exactly_one_stdout_line(engine_factory):
+    e = engine_factory.start()
+    assert e.stop() == 0
+    lines = []
+    while True:  # the rest of stdout, up to EOF (None)
+        line = e._stdout_lines.get(timeout=10)
+        if line is None:
+            break
+        lines.append(line)
+    assert lines == []  # nothing after the listening line
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", e.url)
+
+
+def test_engine_version(engine):
+    p = run_engine(["version"])
+    assert p.returncode == 0
+    out = p.stdout.strip()
+    build = engine.client().protocol({"kind": "describe", "describe": {"kind": "buildInfo"}}).json()["response"]["build"]
+    assert build["version"] in out
+    assert "protocol version 1" in out
+    assert f"storage format version {build['storageFormatVersion']}" in out

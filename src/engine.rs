@@ -3,6 +3,7 @@
 //! operation. Wire modules only decode and render; every decision is made here, once.
 
 mod records;
+mod search;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Record;
@@ -10,6 +11,7 @@ use crate::protocol::{DescribeOp, Mutation, Operation, Permission, QueryOp};
 use crate::store::records::PropertyInfo;
 use crate::store::{Store, TenancyMode, Tenant};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 /// Longest tenant string (SPEC.md "Tenant").
@@ -61,16 +63,32 @@ pub struct BuildInfo {
 #[derive(Debug, Clone)]
 pub enum Outcome {
     Record(Box<Record>),
-    Records { records: Vec<Record>, total: u64 },
+    Records {
+        records: Vec<Record>,
+        total: u64,
+    },
     Affected(u64),
     BuildInfo(BuildInfo),
     Labels(Vec<(String, u64)>),
     Properties(Vec<PropertyInfo>),
     Property(PropertyInfo),
+    /// Aggregation rows (flat JSON objects).
+    Rows {
+        rows: Vec<serde_json::Value>,
+        total: u64,
+    },
+    Explain(serde_json::Value),
+    PropertyValues {
+        property: serde_json::Value,
+        values: Vec<serde_json::Value>,
+        min: serde_json::Value,
+        max: serde_json::Value,
+        ty: &'static str,
+    },
 }
 
 pub struct Engine {
-    pub store: Store,
+    pub store: Arc<Store>,
     config: EngineConfig,
     /// SHA-256 of the bootstrap token: comparing digests keeps the comparison constant-time
     /// whatever the presented token's length.
@@ -85,7 +103,7 @@ impl Engine {
     pub fn new(store: Store, config: EngineConfig) -> Engine {
         let bootstrap_digest = digest(&config.bootstrap_token);
         Engine {
-            store,
+            store: Arc::new(store),
             config,
             bootstrap_digest,
         }
@@ -172,12 +190,21 @@ impl Engine {
         }
         match env.operation {
             Operation::Query(QueryOp::Record(q)) => self.get_record(&tenant, &q.id),
-            Operation::Query(QueryOp::Records(q)) => self.find_records(&tenant, &q.query),
+            Operation::Query(QueryOp::Records(q)) => self.find_records(&tenant, &q.query).await,
+            Operation::Query(QueryOp::PropertyValues(p)) => {
+                self.property_values(&tenant, &p.property, &p.query).await
+            }
             Operation::Describe(DescribeOp::Labels(q)) => {
-                self.describe_labels(&tenant, q.query.as_ref())
+                self.describe_labels(&tenant, q.query.as_ref()).await
             }
             Operation::Describe(DescribeOp::Properties(q)) => {
-                self.describe_properties(&tenant, q.query.as_ref())
+                self.describe_properties(&tenant, q.query.as_ref()).await
+            }
+            Operation::Describe(DescribeOp::Explain(q)) => {
+                self.explain(&tenant, q.query.as_ref()).await
+            }
+            Operation::Mutate(Mutation::DeleteRecords(q)) => {
+                self.delete_records(tenant, &q.query).await
             }
             Operation::Describe(DescribeOp::Property(p)) => self.describe_property(&tenant, &p.id),
             Operation::Mutate(Mutation::PutRecord(p)) => self.put_record(tenant, p).await,

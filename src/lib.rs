@@ -8,6 +8,7 @@ pub mod log;
 pub mod metrics;
 pub mod model;
 pub mod protocol;
+pub mod query;
 pub mod server;
 pub mod store;
 pub mod wire;

@@ -18,6 +18,24 @@ pub fn record(r: &Record) -> Value {
     json!({"id": r.id.to_string(), "label": r.label, "properties": props, "propertyTypes": types})
 }
 
+/// The flat record JSON of REST and of aggregation rows: SPEC.md keys plus the system keys
+/// SDKs read. A user property named `id` or `label` is shown under that key; the identity
+/// stays under `__id`/`__label`.
+pub fn flat_record(r: &Record) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), json!(r.id.to_string()));
+    m.insert("label".into(), json!(r.label));
+    let mut types = Map::new();
+    for (k, v) in &r.props {
+        m.insert(k.clone(), v.to_json());
+        types.insert(k.clone(), json!(v.ty.name()));
+    }
+    m.insert("__id".into(), json!(r.id.to_string()));
+    m.insert("__label".into(), json!(r.label));
+    m.insert("__proptypes".into(), Value::Object(types));
+    Value::Object(m)
+}
+
 pub fn property(p: &PropertyInfo) -> Value {
     json!({"id": p.id.to_string(), "name": p.name, "type": p.ty.name(),
            "recordsCount": p.records_count, "isArray": p.is_array})
@@ -43,6 +61,16 @@ pub fn response(outcome: &Outcome) -> Value {
             json!({"kind": "properties", "properties": ps.iter().map(property).collect::<Vec<_>>()})
         }
         Outcome::Property(p) => json!({"kind": "property", "property": property(p)}),
+        Outcome::Rows { rows, total } => json!({"kind": "rows", "rows": rows, "total": total}),
+        Outcome::Explain(plan) => json!({"kind": "explain", "plan": plan}),
+        Outcome::PropertyValues {
+            property,
+            values,
+            min,
+            max,
+            ..
+        } => json!({"kind": "propertyValues",
+            "property": property, "values": values, "min": min, "max": max}),
     }
 }
 

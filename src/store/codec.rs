@@ -173,7 +173,9 @@ pub fn encode_record(rec: &Record) -> Vec<u8> {
     out
 }
 
-pub fn decode_record(id: Uuid, b: &[u8]) -> Result<Record> {
+/// Decodes the label and only the `wanted` properties (None: all of them). Filters and sort
+/// keys read a few fields; skipping the rest keeps scans cheap.
+pub fn decode_record_fields(id: Uuid, b: &[u8], wanted: Option<&[&str]>) -> Result<Record> {
     let mut r = Reader { b };
     check_format(&mut r)?;
     let row = r.u64()?;
@@ -182,10 +184,32 @@ pub fn decode_record(id: Uuid, b: &[u8]) -> Result<Record> {
     let n = r.varint()?;
     let mut props = BTreeMap::new();
     for _ in 0..n {
-        let name = r.string()?;
+        let name = r.bytes()?;
         let ty = PropType::from_tag(r.u8()?).ok_or_else(|| corrupt("type tag"))?;
         let array = r.u8()? != 0;
         let count = r.varint()?;
+        let keep = match wanted {
+            None => true,
+            Some(w) => w.iter().any(|f| f.as_bytes() == name),
+        };
+        if !keep {
+            for _ in 0..count {
+                match ty {
+                    PropType::String | PropType::Datetime => {
+                        r.bytes()?;
+                    }
+                    PropType::Boolean => {
+                        r.u8()?;
+                    }
+                    PropType::Number => {
+                        r.u8()?;
+                        r.u64()?;
+                    }
+                }
+            }
+            continue;
+        }
+        let name = String::from_utf8(name.to_vec()).map_err(|_| corrupt("utf-8"))?;
         let mut items = Vec::with_capacity(count.min(1024) as usize);
         for _ in 0..count {
             items.push(match ty {
@@ -206,6 +230,10 @@ pub fn decode_record(id: Uuid, b: &[u8]) -> Result<Record> {
         version,
         props,
     })
+}
+
+pub fn decode_record(id: Uuid, b: &[u8]) -> Result<Record> {
+    decode_record_fields(id, b, None)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ pub const TENANT: u8 = 0x01;
 // Tenant key kinds.
 pub const RECORD: u8 = 0x10; // + id -> record value
 pub const LABEL_INDEX: u8 = 0x11; // + label + id -> marker
-pub const PROP_INDEX: u8 = 0x12; // + property id + value + record id -> marker
+pub const PROP_INDEX: u8 = 0x12; // + property id + label + value + record id -> marker
 pub const PROP_BY_NAME: u8 = 0x20; // + name + type tag -> property id
 pub const PROP_BY_ID: u8 = 0x21; // + property id -> (name, type)
 pub const LABEL_COUNT: u8 = 0x30; // + label -> count
@@ -154,10 +154,10 @@ pub fn push_scalar(out: &mut Vec<u8>, ty: PropType, v: &Scalar) {
             out.extend_from_slice(&ordered_i64(0));
         }
         (PropType::Datetime, Scalar::Str(s)) => {
-            let inst = datetime::parse(s).unwrap_or(datetime::Instant { secs: 0, nanos: 0 });
-            out.push(TAG_DATETIME);
-            out.extend_from_slice(&ordered_i64(inst.secs));
-            out.extend_from_slice(&inst.nanos.to_be_bytes());
+            push_instant(
+                out,
+                datetime::parse(s).unwrap_or(datetime::Instant { secs: 0, nanos: 0 }),
+            );
         }
         (PropType::Boolean, Scalar::Bool(b)) => {
             out.push(TAG_BOOL);
@@ -172,6 +172,26 @@ pub fn push_scalar(out: &mut Vec<u8>, ty: PropType, v: &Scalar) {
                 Scalar::Bool(b) => b.to_string(),
             };
             push_escaped(out, text.as_bytes());
+        }
+    }
+}
+
+/// A datetime index value: the instant (secs, nanos), so equal instants written differently
+/// share one key.
+pub fn push_instant(out: &mut Vec<u8>, inst: datetime::Instant) {
+    out.push(TAG_DATETIME);
+    out.extend_from_slice(&ordered_i64(inst.secs));
+    out.extend_from_slice(&inst.nanos.to_be_bytes());
+}
+
+/// A string's escaped bytes without the terminator: the key prefix of every string that
+/// starts with `s`.
+pub fn push_string_prefix(out: &mut Vec<u8>, s: &str) {
+    out.push(TAG_STRING);
+    for &b in s.as_bytes() {
+        out.push(b);
+        if b == 0 {
+            out.push(0xFF);
         }
     }
 }

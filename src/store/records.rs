@@ -34,9 +34,21 @@ pub struct PutRecord {
 #[derive(Debug, Clone)]
 pub enum WriteOp {
     Put(PutRecord),
-    Retype { id: Uuid, from: String, to: String },
-    Delete { id: Uuid },
-    DeleteProperty { id: Uuid },
+    Retype {
+        id: Uuid,
+        from: String,
+        to: String,
+    },
+    Delete {
+        id: Uuid,
+    },
+    /// Bulk delete by a search's result: ids deleted meanwhile are skipped, not an error.
+    DeleteMany {
+        ids: Vec<Uuid>,
+    },
+    DeleteProperty {
+        id: Uuid,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -248,6 +260,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 let k = self
                     .key(keys::PROP_INDEX)
                     .uuid(&pid)
+                    .str(&rec.label)
                     .scalar(value.ty, item)
                     .uuid(&rec.id)
                     .0;
@@ -312,6 +325,17 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 self.index(&old, false)?;
                 self.ov.delete(record_key(self.tenant, &id));
                 Ok(WriteOutcome::Affected(1))
+            }
+            WriteOp::DeleteMany { ids } => {
+                let mut n = 0;
+                for id in ids {
+                    if let Some(old) = get_record(&*self.ov, self.tenant, &id)? {
+                        self.index(&old, false)?;
+                        self.ov.delete(record_key(self.tenant, &id));
+                        n += 1;
+                    }
+                }
+                Ok(WriteOutcome::Affected(n))
             }
             WriteOp::DeleteProperty { id } => self.delete_property(&id).map(WriteOutcome::Affected),
         }

@@ -1,5 +1,6 @@
 //! Rust integration tests: the real `engine` binary, started on port 0 with a temporary data
 //! directory. One test binary (modules below) so the engine links once.
 
+mod search;
 mod startup;
 mod store;

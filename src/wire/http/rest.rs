@@ -5,7 +5,7 @@ use super::{json_response, read_json, rest_error, HttpResponse, HttpState, Reque
 use crate::engine::{Outcome, Transport};
 use crate::error::{Error, Result};
 use crate::model::infer::PropertyInput;
-use crate::model::Record;
+
 use crate::protocol::{
     self, DeletePropertyOp, DeleteRecordOp, DescribeOp, DescribeQuery, DocQuery, IdRef,
     InlineVector, Mutation, Operation, PropertyValuesOp, PropertyValuesQuery, PutMode, PutRecordOp,
@@ -17,22 +17,7 @@ use hyper::{Method, Request};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-/// REST record JSON: SPEC.md keys plus the system keys SDKs read. A user property named
-/// `id` or `label` is shown under that key; the identity stays under `__id`/`__label`.
-pub fn record_json(r: &Record) -> Value {
-    let mut m = Map::new();
-    m.insert("id".into(), json!(r.id.to_string()));
-    m.insert("label".into(), json!(r.label));
-    let mut types = Map::new();
-    for (k, v) in &r.props {
-        m.insert(k.clone(), v.to_json());
-        types.insert(k.clone(), json!(v.ty.name()));
-    }
-    m.insert("__id".into(), json!(r.id.to_string()));
-    m.insert("__label".into(), json!(r.label));
-    m.insert("__proptypes".into(), Value::Object(types));
-    Value::Object(m)
-}
+pub use crate::protocol::render::flat_record as record_json;
 
 fn property_json(p: &PropertyInfo) -> Value {
     json!({"id": p.id.to_string(), "name": p.name, "type": p.ty.name(), "metadata": "", "recordsCount": p.records_count})
@@ -167,6 +152,15 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
     let segs: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
+    // The credential is checked before any body is read or parsed.
+    if let Err(e) = state.engine.authenticate(meta.credential.as_deref()) {
+        let template = if later_route(&method, &segs).is_some() {
+            "/api/v1/later"
+        } else {
+            "/api/v1"
+        };
+        return (template, rest_error(&e));
+    }
     let (template, result) = match (&method, segs.as_slice()) {
         (&Method::POST, ["records"]) => ("/api/v1/records", create(state, &meta, req).await),
         (&Method::POST, ["records", "search"]) => {
@@ -247,7 +241,19 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
                     property: id,
                     query: q,
                 }));
-                run(state, &meta, op).await.map(unexpected)
+                run(state, &meta, op).await.map(|o| match o {
+                    Outcome::PropertyValues {
+                        values,
+                        min,
+                        max,
+                        ty,
+                        ..
+                    } => ok(
+                        200,
+                        json!({"values": values, "min": min, "max": max, "type": ty}),
+                    ),
+                    other => unexpected(other),
+                })
             }
             .await
         }),
@@ -380,6 +386,7 @@ async fn search(
             records.iter().map(record_json).collect(),
             total,
         )),
+        Outcome::Rows { rows, total } => Ok(list(state, rows, total)),
         other => Ok(unexpected(other)),
     }
 }

@@ -1,0 +1,301 @@
+//! Search operations: record search and aggregation, bulk delete by query, labels and
+//! properties with a where filter, distinct property values, and explain. Reads run on a
+//! snapshot on the calling task; a large scan runs on the blocking pool.
+
+use super::{Engine, Outcome};
+use crate::error::{Error, Result};
+use crate::model::{parse_uuid_v7, PropType};
+use crate::protocol::{render, PropertyValuesQuery, QueryDocument};
+use crate::query::exec::{self, SearchSpec};
+use crate::query::filter::{FieldPred, Filter};
+use crate::query::{self, order::OrderKey};
+use crate::store::records::{self as rstore, PropertyInfo, WriteOp, WriteOutcome};
+use crate::store::Tenant;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// Largest number of records one bulk delete removes in a single write batch.
+const DELETE_CHUNK: usize = 50_000;
+
+impl Engine {
+    pub(super) async fn find_records(
+        &self,
+        tenant: &Tenant,
+        doc: &QueryDocument,
+    ) -> Result<Outcome> {
+        let q = query::lower(doc, true)?;
+        let out = self.blocking_search(tenant, q.spec.clone()).await?;
+        match &q.aggregation {
+            None => Ok(Outcome::Records {
+                records: out.records,
+                total: out.total,
+            }),
+            Some(agg) => {
+                let (rows, total) = query::aggregate::run(agg, &out.records, render::flat_record);
+                Ok(Outcome::Rows { rows, total })
+            }
+        }
+    }
+
+    /// Searches off the async worker threads: a scan can read millions of keys.
+    async fn blocking_search(
+        &self,
+        tenant: &Tenant,
+        spec: SearchSpec,
+    ) -> Result<exec::SearchOutput> {
+        let (store, tenant) = (self.store.clone(), tenant.clone());
+        tokio::task::spawn_blocking(move || {
+            let Some(t) = store.tenant_id(&tenant) else {
+                return Ok(exec::SearchOutput {
+                    records: vec![],
+                    total: 0,
+                    explain: exec::Explain::default(),
+                });
+            };
+            exec::search(&store.snapshot()?, t, &spec)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("search task failed: {e}")))?
+    }
+
+    pub(super) async fn explain(
+        &self,
+        tenant: &Tenant,
+        doc: Option<&QueryDocument>,
+    ) -> Result<Outcome> {
+        let q = query::lower(&doc.cloned().unwrap_or_default(), true)?;
+        let out = self.blocking_search(tenant, q.spec).await?;
+        let e = out.explain;
+        Ok(Outcome::Explain(json!({
+            "access": e.access, "estimatedRows": e.estimated_rows, "actualRows": e.matched_rows,
+            "examinedRows": e.examined_rows, "covered": e.covered, "indexOrder": e.index_order,
+            "returnedRows": out.records.len()
+        })))
+    }
+
+    /// Deletes every record matching the query. No labels and no where is refused.
+    pub(super) async fn delete_records(
+        &self,
+        tenant: Tenant,
+        doc: &QueryDocument,
+    ) -> Result<Outcome> {
+        let q = query::lower(doc, false)?;
+        if q.spec.labels.is_empty() && q.spec.filter == Filter::True {
+            return Err(Error::invalid(
+                "refusing to delete every record: give labels, a where filter, or both",
+            ));
+        }
+        let out = self.blocking_search(&tenant, q.spec).await?;
+        let ids: Vec<_> = out.records.iter().map(|r| r.id).collect();
+        let mut affected = 0;
+        for chunk in ids.chunks(DELETE_CHUNK) {
+            for o in self
+                .store
+                .write(
+                    tenant.clone(),
+                    vec![WriteOp::DeleteMany {
+                        ids: chunk.to_vec(),
+                    }],
+                )
+                .await?
+            {
+                if let WriteOutcome::Affected(n) = o {
+                    affected += n;
+                }
+            }
+        }
+        Ok(Outcome::Affected(affected))
+    }
+
+    fn matching(
+        &self,
+        tenant: &Tenant,
+        doc: Option<&QueryDocument>,
+    ) -> Result<Option<(Vec<String>, Filter)>> {
+        let Some(doc) = doc else { return Ok(None) };
+        let q = query::lower(doc, false)?;
+        if q.spec.filter == Filter::True {
+            return Ok(None);
+        }
+        let _ = tenant;
+        Ok(Some((q.spec.labels, q.spec.filter)))
+    }
+
+    pub(super) async fn describe_labels(
+        &self,
+        tenant: &Tenant,
+        doc: Option<&QueryDocument>,
+    ) -> Result<Outcome> {
+        let scope: Vec<String> = doc.and_then(|d| d.labels.clone()).unwrap_or_default();
+        let Some(t) = self.store.tenant_id(tenant) else {
+            return Ok(Outcome::Labels(vec![]));
+        };
+        let mut labels = match self.matching(tenant, doc)? {
+            None => rstore::label_counts(&self.store.snapshot()?, t)?,
+            Some((labels, filter)) => {
+                let spec = SearchSpec {
+                    labels,
+                    filter,
+                    order: vec![OrderKey {
+                        field: None,
+                        desc: true,
+                    }],
+                    offset: 0,
+                    limit: None,
+                };
+                let out = self.blocking_search(tenant, spec).await?;
+                let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+                for r in &out.records {
+                    *counts.entry(r.label.clone()).or_default() += 1;
+                }
+                counts.into_iter().collect()
+            }
+        };
+        if !scope.is_empty() {
+            labels.retain(|(l, _)| scope.contains(l));
+        }
+        Ok(Outcome::Labels(labels))
+    }
+
+    /// Properties of the tenant; with a where filter (and labels), the properties held by the
+    /// matching records, counted over them.
+    pub(super) async fn describe_properties(
+        &self,
+        tenant: &Tenant,
+        doc: Option<&QueryDocument>,
+    ) -> Result<Outcome> {
+        let Some(t) = self.store.tenant_id(tenant) else {
+            return Ok(Outcome::Properties(vec![]));
+        };
+        let scope: Vec<String> = doc.and_then(|d| d.labels.clone()).unwrap_or_default();
+        let all = rstore::properties(&self.store.snapshot()?, t)?;
+        let filtered = match self.matching(tenant, doc)? {
+            None if scope.is_empty() => return Ok(Outcome::Properties(all)),
+            None => (scope, Filter::True),
+            Some(m) => m,
+        };
+        let spec = SearchSpec {
+            labels: filtered.0,
+            filter: filtered.1,
+            order: vec![OrderKey {
+                field: None,
+                desc: true,
+            }],
+            offset: 0,
+            limit: None,
+        };
+        let out = self.blocking_search(tenant, spec).await?;
+        let mut counts: BTreeMap<(String, PropType), (u64, bool)> = BTreeMap::new();
+        for r in &out.records {
+            for (k, v) in &r.props {
+                let e = counts.entry((k.clone(), v.ty)).or_default();
+                e.0 += 1;
+                e.1 |= v.array;
+            }
+        }
+        let props = all
+            .into_iter()
+            .filter_map(|p| {
+                counts
+                    .get(&(p.name.clone(), p.ty))
+                    .map(|(n, arr)| PropertyInfo {
+                        records_count: *n,
+                        is_array: *arr,
+                        ..p
+                    })
+            })
+            .collect();
+        Ok(Outcome::Properties(props))
+    }
+
+    /// Distinct values of one property (by id or name), with `query` as a case-insensitive
+    /// contains filter, ordering and paging; min and max over all distinct values.
+    pub(super) async fn property_values(
+        &self,
+        tenant: &Tenant,
+        property: &str,
+        q: &PropertyValuesQuery,
+    ) -> Result<Outcome> {
+        let (offset, limit) = query::paging(q.offset, q.limit, query::DEFAULT_LIMIT)?;
+        let desc = match q.order.as_deref() {
+            None | Some("asc") => false,
+            Some("desc") => true,
+            Some(_) => return Err(Error::invalid("orderBy: must be \"asc\" or \"desc\"")),
+        };
+        let Some(t) = self.store.tenant_id(tenant) else {
+            return Err(Error::not_found(format!(
+                "property {} not found",
+                crate::model::truncate(property, 64)
+            )));
+        };
+        let props = rstore::properties(&self.store.snapshot()?, t)?;
+        let matches: Vec<&PropertyInfo> = match parse_uuid_v7(property, "property") {
+            Ok(id) => props.iter().filter(|p| p.id == id).collect(),
+            Err(_) => props.iter().filter(|p| p.name == property).collect(),
+        };
+        let Some(first) = matches.first() else {
+            return Err(Error::not_found(format!(
+                "property {} not found",
+                crate::model::truncate(property, 64)
+            )));
+        };
+        let (name, ty) = (first.name.clone(), first.ty);
+        let mut filter = query::filter::parse(q.predicate.as_ref(), "where")?;
+        let has = Filter::Field(name.clone(), FieldPred::Type(ty));
+        filter = if filter == Filter::True {
+            has
+        } else {
+            Filter::And(vec![filter, has])
+        };
+        let labels = q.labels.clone().unwrap_or_default();
+        let spec = SearchSpec {
+            labels,
+            filter,
+            order: vec![OrderKey {
+                field: None,
+                desc: true,
+            }],
+            offset: 0,
+            limit: None,
+        };
+        let out = self.blocking_search(tenant, spec).await?;
+        let mut values: Vec<crate::model::Scalar> = Vec::new();
+        for r in &out.records {
+            if let Some(v) = r.props.get(&name) {
+                values.extend(v.items.iter().cloned());
+            }
+        }
+        let cmp = |a: &crate::model::Scalar, b: &crate::model::Scalar| {
+            query::order::elem_cmp(ty, a, ty, b)
+        };
+        values.sort_by(cmp);
+        values.dedup_by(|a, b| cmp(a, b) == std::cmp::Ordering::Equal && a == b);
+        let (min, max) = (
+            values.first().map(|v| v.to_json()),
+            values.last().map(|v| v.to_json()),
+        );
+        if let Some(text) = q.query.as_deref().filter(|s| !s.is_empty()) {
+            let needle = text.to_lowercase();
+            values.retain(|v| match v.to_json() {
+                Value::String(s) => s.to_lowercase().contains(&needle),
+                other => other.to_string().to_lowercase().contains(&needle),
+            });
+        }
+        if desc {
+            values.reverse();
+        }
+        let page: Vec<Value> = values
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|v| v.to_json())
+            .collect();
+        Ok(Outcome::PropertyValues {
+            property: render::property(first),
+            values: page,
+            min: min.unwrap_or(Value::Null),
+            max: max.unwrap_or(Value::Null),
+            ty: ty.name(),
+        })
+    }
+}

@@ -1,0 +1,137 @@
+//! The search engine: the where-DSL (SearchDto / Protocol v1 QueryDocument) lowered into a
+//! plan (label set, filter tree, ordering, paging, aggregation) and run over one read view.
+
+pub mod aggregate;
+pub mod exec;
+pub mod filter;
+pub mod order;
+
+use crate::error::{Error, Result};
+use crate::protocol::QueryDocument;
+use serde_json::Value;
+
+/// Default and largest `limit` of record search (BEHAVIOUR.md §2).
+pub const DEFAULT_LIMIT: i64 = 100;
+pub const MAX_LIMIT: i64 = 1000;
+/// Longest label accepted.
+pub const MAX_LABEL_BYTES: usize = 1024;
+
+pub fn check_label(label: &str) -> Result<()> {
+    if label.is_empty() {
+        return Err(Error::invalid("label must not be empty"));
+    }
+    if label.len() > MAX_LABEL_BYTES {
+        return Err(Error::invalid(format!(
+            "label is longer than {MAX_LABEL_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Validated paging: (offset, limit).
+pub fn paging(
+    offset: Option<i64>,
+    limit: Option<i64>,
+    default_limit: i64,
+) -> Result<(usize, usize)> {
+    let offset = offset.unwrap_or(0);
+    if offset < 0 {
+        return Err(Error::invalid("skip: must be zero or more"));
+    }
+    let limit = limit.unwrap_or(default_limit);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(Error::invalid(format!(
+            "limit: must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    Ok((offset as usize, limit as usize))
+}
+
+/// A parsed query document.
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub spec: exec::SearchSpec,
+    /// Present when the document asks for `aggregate`/`select` (and optionally `groupBy`).
+    pub aggregation: Option<aggregate::Aggregation>,
+}
+
+fn labels_of(doc: &QueryDocument) -> Result<Vec<String>> {
+    let mut labels = doc.labels.clone().unwrap_or_default();
+    for l in &labels {
+        check_label(l)?;
+    }
+    labels.sort();
+    labels.dedup();
+    Ok(labels)
+}
+
+fn present(v: &Option<Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(m)) => !m.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// Lowers a QueryDocument. `paged`: false for operations over every match (bulk delete),
+/// which ignore `limit` and `offset`.
+pub fn lower(doc: &QueryDocument, paged: bool) -> Result<Query> {
+    let labels = labels_of(doc)?;
+    let filter = filter::parse(doc.predicate.as_ref(), "where")?;
+    let (offset, limit) = paging(doc.offset, doc.limit, DEFAULT_LIMIT)?;
+    if present(&doc.aggregate) && present(&doc.select) {
+        return Err(Error::invalid(
+            "aggregate and select: send one of them, not both",
+        ));
+    }
+    let agg_doc = if present(&doc.aggregate) {
+        Some((doc.aggregate.as_ref(), false))
+    } else if present(&doc.select) {
+        Some((doc.select.as_ref(), true))
+    } else {
+        None
+    };
+    let group_by = doc.group_by.clone().unwrap_or_default();
+    let aggregation = match agg_doc {
+        Some((Some(v), select_form)) => Some(aggregate::parse(
+            v,
+            select_form,
+            &group_by,
+            doc.order.as_ref(),
+            offset,
+            limit,
+        )?),
+        _ => None,
+    };
+    if aggregation.is_none() && !group_by.is_empty() {
+        // SPEC.md: groupBy has an effect only with at least one aggregation.
+        aggregate::check_group_by(&group_by)?;
+    }
+    let order = if aggregation.is_some() {
+        // Rows are ordered after aggregation; the scan order does not matter.
+        vec![order::OrderKey {
+            field: None,
+            desc: true,
+        }]
+    } else {
+        order::parse(doc.order.as_ref(), "orderBy")?
+    };
+    Ok(Query {
+        spec: exec::SearchSpec {
+            labels,
+            filter,
+            order,
+            offset: if paged && aggregation.is_none() {
+                offset
+            } else {
+                0
+            },
+            limit: if paged && aggregation.is_none() {
+                Some(limit)
+            } else {
+                None
+            },
+        },
+        aggregation,
+    })
+}

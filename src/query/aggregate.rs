@@ -1,0 +1,771 @@
+//! Aggregation and grouping (BEHAVIOUR.md §2).
+//!
+//! Two spellings: `aggregate: {out: {fn, alias?, field?, ...}}` and the newer `select:
+//! {out: {$count: "*"}, ...}`; both at once is a 400. Without `groupBy` there is one row per
+//! matching record (the record plus the computed keys, over that record). With `groupBy`
+//! (`$record.<property>`, or the name of a `timeBucket` output) there is one row per distinct
+//! key combination holding the bare dimension names and the computed keys. A grouping key on
+//! an array property makes one group per element. Rows are ordered, then skipped and limited.
+
+use super::filter::{instant_of, num_cmp};
+use super::order::elem_cmp;
+use crate::error::{Error, Result};
+use crate::model::datetime::{self, Instant};
+use crate::model::{PropType, Record, Scalar};
+use serde_json::{json, Map, Value};
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granularity {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Quarter,
+    Year,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AggFn {
+    Count,
+    Sum,
+    Avg {
+        precision: Option<u32>,
+    },
+    Min,
+    Max,
+    Collect {
+        unique: bool,
+        desc: Option<bool>,
+        skip: usize,
+        limit: Option<usize>,
+    },
+    TimeBucket {
+        granularity: Granularity,
+        size: i64,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct AggDef {
+    pub name: String,
+    pub func: AggFn,
+    pub field: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Dim {
+    Prop(String),
+    Bucket(usize),
+}
+
+#[derive(Debug, Clone)]
+pub struct Aggregation {
+    pub defs: Vec<AggDef>,
+    pub dims: Vec<(String, Dim)>,
+    pub select_form: bool,
+    pub order: Vec<(String, bool)>,
+    pub offset: usize,
+    pub limit: usize,
+}
+
+fn bad(path: &str, msg: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("{path}: {msg}"))
+}
+
+fn field_name(s: &str, path: &str) -> Result<Option<String>> {
+    if s == "*" {
+        return Ok(None);
+    }
+    if let Some(rest) = s.strip_prefix("$record.") {
+        return if rest.is_empty() {
+            Err(bad(path, "empty field name"))
+        } else {
+            Ok(Some(rest.to_string()))
+        };
+    }
+    if s.starts_with('$') {
+        return Err(Error::unsupported(format!(
+            "{path}: aggregation over related records (alias {s})"
+        )));
+    }
+    if s.is_empty() {
+        return Err(bad(path, "empty field name"));
+    }
+    Ok(Some(s.to_string()))
+}
+
+fn granularity(s: &str, path: &str) -> Result<(Granularity, bool)> {
+    let (base, plural) = match s.strip_suffix('s') {
+        Some(b) => (b, true),
+        None => (s, false),
+    };
+    let g = match base {
+        "second" => Granularity::Second,
+        "minute" => Granularity::Minute,
+        "hour" => Granularity::Hour,
+        "day" => Granularity::Day,
+        "week" => Granularity::Week,
+        "month" => Granularity::Month,
+        "quarter" => Granularity::Quarter,
+        "year" => Granularity::Year,
+        _ => return Err(bad(path, "granularity must be one of second, minute, hour, day, week, month, quarter, year (or plural with size)")),
+    };
+    Ok((g, plural))
+}
+
+fn opt_usize(m: &Map<String, Value>, k: &str, path: &str) -> Result<Option<usize>> {
+    match m.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(|x| Some(x as usize))
+            .ok_or_else(|| bad(&format!("{path}.{k}"), "expected a non-negative integer")),
+    }
+}
+
+fn opt_bool(m: &Map<String, Value>, k: &str, path: &str) -> Result<Option<bool>> {
+    match m.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(bad(&format!("{path}.{k}"), "expected true or false")),
+    }
+}
+
+/// Builds one aggregate from its function name and option object.
+fn build(
+    name: &str,
+    func: &str,
+    m: &Map<String, Value>,
+    field: Option<String>,
+    path: &str,
+) -> Result<AggDef> {
+    let needs_field = |f: &Option<String>| {
+        if f.is_none() {
+            Err(bad(path, format!("{func} needs a field")))
+        } else {
+            Ok(())
+        }
+    };
+    let f = match func {
+        "count" => AggFn::Count,
+        "sum" => {
+            needs_field(&field)?;
+            AggFn::Sum
+        }
+        "avg" => {
+            needs_field(&field)?;
+            let precision = opt_usize(m, "precision", path)?.map(|p| p.min(15) as u32);
+            AggFn::Avg { precision }
+        }
+        "min" => {
+            needs_field(&field)?;
+            AggFn::Min
+        }
+        "max" => {
+            needs_field(&field)?;
+            AggFn::Max
+        }
+        "collect" => {
+            needs_field(&field)?;
+            let desc = match m.get("orderBy") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) if s == "asc" => Some(false),
+                Some(Value::String(s)) if s == "desc" => Some(true),
+                Some(_) => {
+                    return Err(bad(
+                        &format!("{path}.orderBy"),
+                        "expected \"asc\" or \"desc\"",
+                    ))
+                }
+            };
+            AggFn::Collect {
+                unique: opt_bool(m, "unique", path)?.unwrap_or(true),
+                desc,
+                skip: opt_usize(m, "skip", path)?.unwrap_or(0),
+                limit: opt_usize(m, "limit", path)?,
+            }
+        }
+        "timeBucket" => {
+            needs_field(&field)?;
+            let g = m
+                .get("granularity")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(&format!("{path}.granularity"), "required"))?;
+            let (granularity, plural) = granularity(g, &format!("{path}.granularity"))?;
+            let size = match m.get("size") {
+                None | Some(Value::Null) if !plural => 1,
+                None | Some(Value::Null) => {
+                    return Err(bad(
+                        &format!("{path}.size"),
+                        "plural granularities need a size",
+                    ))
+                }
+                Some(v) => v
+                    .as_i64()
+                    .filter(|s| *s >= 1)
+                    .ok_or_else(|| bad(&format!("{path}.size"), "expected a positive integer"))?,
+            };
+            AggFn::TimeBucket { granularity, size }
+        }
+        other => {
+            return Err(bad(
+                &format!("{path}.fn"),
+                format!(
+                    "unknown aggregate function {}",
+                    crate::model::truncate(other, 40)
+                ),
+            ))
+        }
+    };
+    Ok(AggDef {
+        name: name.to_string(),
+        func: f,
+        field,
+    })
+}
+
+fn parse_defs(v: &Value, select_form: bool) -> Result<Vec<AggDef>> {
+    let root = if select_form { "select" } else { "aggregate" };
+    let Value::Object(m) = v else {
+        return Err(bad(root, "expected an object of output name to aggregate"));
+    };
+    let mut defs = Vec::new();
+    for (name, spec) in m {
+        let path = format!("{root}.{name}");
+        if select_form {
+            let Value::Object(sm) = spec else {
+                return Err(bad(&path, "expected an object like {\"$count\": \"*\"}"));
+            };
+            if sm.len() != 1 {
+                return Err(bad(&path, "expected exactly one $function"));
+            }
+            let (fk, arg) = sm.iter().next().ok_or_else(|| bad(&path, "empty"))?;
+            let func = fk
+                .strip_prefix('$')
+                .ok_or_else(|| bad(&path, "expected a $function key"))?;
+            let p = format!("{path}.{fk}");
+            let (field, opts) = match arg {
+                Value::String(s) => (field_name(s, &p)?, Map::new()),
+                Value::Object(o) => {
+                    let field = match o.get("field") {
+                        Some(Value::String(s)) => field_name(s, &format!("{p}.field"))?,
+                        None | Some(Value::Null) => None,
+                        Some(_) => return Err(bad(&format!("{p}.field"), "expected a string")),
+                    };
+                    (field, o.clone())
+                }
+                _ => return Err(bad(&p, "expected a field name or an options object")),
+            };
+            defs.push(build(name, func, &opts, field, &p)?);
+        } else {
+            let Value::Object(am) = spec else {
+                return Err(bad(&path, "expected an object with fn"));
+            };
+            let func = am
+                .get("fn")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(&format!("{path}.fn"), "required"))?;
+            match am.get("alias").and_then(Value::as_str) {
+                None | Some("$record") => {}
+                Some(a) => {
+                    return Err(Error::unsupported(format!(
+                        "{path}.alias: aggregation over related records (alias {a})"
+                    )))
+                }
+            }
+            let field = match am.get("field") {
+                Some(Value::String(s)) => field_name(s, &format!("{path}.field"))?,
+                None | Some(Value::Null) => None,
+                Some(_) => return Err(bad(&format!("{path}.field"), "expected a string")),
+            };
+            defs.push(build(name, func, am, field, &path)?);
+        }
+    }
+    if defs.is_empty() {
+        return Err(bad(root, "names no aggregate"));
+    }
+    Ok(defs)
+}
+
+/// Validates groupBy keys (`$record.<property>` or a bare output name).
+pub fn check_group_by(keys: &[String]) -> Result<()> {
+    for (i, k) in keys.iter().enumerate() {
+        if k.is_empty() || k == "$record." || (k.starts_with('$') && !k.starts_with("$record.")) {
+            return Err(bad(
+                &format!("groupBy[{i}]"),
+                "expected \"$record.<property>\" or an aggregate output name",
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn parse(
+    v: &Value,
+    select_form: bool,
+    group_by: &[String],
+    order: Option<&Value>,
+    offset: usize,
+    limit: usize,
+) -> Result<Aggregation> {
+    let defs = parse_defs(v, select_form)?;
+    check_group_by(group_by)?;
+    let mut dims = Vec::new();
+    for (i, k) in group_by.iter().enumerate() {
+        if let Some(p) = k.strip_prefix("$record.") {
+            dims.push((p.to_string(), Dim::Prop(p.to_string())));
+        } else if let Some(pos) = defs
+            .iter()
+            .position(|d| d.name == *k && matches!(d.func, AggFn::TimeBucket { .. }))
+        {
+            dims.push((k.clone(), Dim::Bucket(pos)));
+        } else {
+            return Err(bad(
+                &format!("groupBy[{i}]"),
+                format!("{k} is neither \"$record.<property>\" nor a timeBucket output"),
+            ));
+        }
+    }
+    if !dims.is_empty() {
+        // With grouping, time buckets are dimensions whether or not groupBy names them.
+        for (i, d) in defs.iter().enumerate() {
+            if matches!(d.func, AggFn::TimeBucket { .. })
+                && !dims
+                    .iter()
+                    .any(|(_, x)| matches!(x, Dim::Bucket(j) if *j == i))
+            {
+                dims.push((d.name.clone(), Dim::Bucket(i)));
+            }
+        }
+    }
+    let mut row_order = Vec::new();
+    match order {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s == "asc" || s == "desc" => {}
+        Some(Value::Object(m)) => {
+            for (k, d) in m {
+                let desc = match d.as_str() {
+                    Some("asc") => false,
+                    Some("desc") => true,
+                    _ => {
+                        return Err(bad(
+                            &format!("orderBy.{k}"),
+                            "order direction must be \"asc\" or \"desc\"",
+                        ))
+                    }
+                };
+                row_order.push((k.strip_prefix("$record.").unwrap_or(k).to_string(), desc));
+            }
+        }
+        Some(_) => {
+            return Err(bad(
+                "orderBy",
+                "expected an object of output name to direction",
+            ))
+        }
+    }
+    Ok(Aggregation {
+        defs,
+        dims,
+        select_form,
+        order: row_order,
+        offset,
+        limit,
+    })
+}
+
+/// Civil date from days since the epoch.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719468;
+    let era = if z >= 0 { z } else { z - 146096 } / 146097;
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The start of the bucket holding `t`, as seconds since the epoch (UTC).
+pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
+    let floor = |x: i64, n: i64| x.div_euclid(n) * n;
+    let days = t.secs.div_euclid(86400);
+    match g {
+        Granularity::Second => floor(t.secs, size),
+        Granularity::Minute => floor(t.secs, 60 * size),
+        Granularity::Hour => floor(t.secs, 3600 * size),
+        Granularity::Day => floor(days, size) * 86400,
+        // 1970-01-05 was a Monday: weeks are counted from there.
+        Granularity::Week => (floor(days - 4, 7 * size) + 4) * 86400,
+        Granularity::Month | Granularity::Quarter | Granularity::Year => {
+            let (y, m, _) = civil_from_days(days);
+            let months = match g {
+                Granularity::Month => size,
+                Granularity::Quarter => 3 * size,
+                _ => 12 * size,
+            };
+            let idx = floor(y * 12 + (m - 1), months);
+            datetime::days_from_civil(idx.div_euclid(12), idx.rem_euclid(12) + 1, 1) * 86400
+        }
+    }
+}
+
+pub fn iso(secs: i64) -> String {
+    let (y, m, d) = civil_from_days(secs.div_euclid(86400));
+    let s = secs.rem_euclid(86400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// Running state of one aggregate over a set of records.
+#[derive(Debug, Clone, Default)]
+struct Acc {
+    count: u64,
+    int_sum: i128,
+    float_sum: f64,
+    any_float: bool,
+    n: u64,
+    best: Option<(PropType, Scalar)>,
+    items: Vec<(PropType, Scalar)>,
+}
+
+impl Acc {
+    fn add(&mut self, def: &AggDef, r: &Record) {
+        self.count += 1;
+        let Some(v) = def.field.as_ref().and_then(|f| r.props.get(f)) else {
+            return;
+        };
+        for e in &v.items {
+            match &def.func {
+                AggFn::Sum | AggFn::Avg { .. } if v.ty == PropType::Number => {
+                    self.n += 1;
+                    match e {
+                        Scalar::Int(i) => self.int_sum += *i as i128,
+                        Scalar::Float(f) => {
+                            self.float_sum += f;
+                            self.any_float = true;
+                        }
+                        _ => {}
+                    }
+                }
+                AggFn::Min | AggFn::Max => {
+                    let better = match &self.best {
+                        None => true,
+                        Some((bt, b)) => {
+                            let o = elem_cmp(v.ty, e, *bt, b);
+                            if def.func == AggFn::Min {
+                                o == Ordering::Less
+                            } else {
+                                o == Ordering::Greater
+                            }
+                        }
+                    };
+                    if better {
+                        self.best = Some((v.ty, e.clone()));
+                    }
+                }
+                AggFn::Collect { .. } => self.items.push((v.ty, e.clone())),
+                _ => {}
+            }
+        }
+    }
+
+    fn value(&self, def: &AggDef) -> Value {
+        match &def.func {
+            AggFn::Count => json!(self.count),
+            AggFn::Sum => {
+                if self.any_float {
+                    json!(self.int_sum as f64 + self.float_sum)
+                } else if let Ok(i) = i64::try_from(self.int_sum) {
+                    json!(i)
+                } else {
+                    json!(self.int_sum as f64)
+                }
+            }
+            AggFn::Avg { precision } => {
+                if self.n == 0 {
+                    return Value::Null;
+                }
+                let avg = (self.int_sum as f64 + self.float_sum) / self.n as f64;
+                let avg = match precision {
+                    Some(p) => {
+                        let m = 10f64.powi(*p as i32);
+                        (avg * m).round() / m
+                    }
+                    None => avg,
+                };
+                serde_json::Number::from_f64(avg)
+                    .map(Value::Number)
+                    .unwrap_or(Value::Null)
+            }
+            AggFn::Min | AggFn::Max => self
+                .best
+                .as_ref()
+                .map(|(_, e)| e.to_json())
+                .unwrap_or(Value::Null),
+            AggFn::Collect {
+                unique,
+                desc,
+                skip,
+                limit,
+            } => {
+                let mut items = self.items.clone();
+                if let Some(d) = desc {
+                    items.sort_by(|(ta, a), (tb, b)| {
+                        let o = elem_cmp(*ta, a, *tb, b);
+                        if *d {
+                            o.reverse()
+                        } else {
+                            o
+                        }
+                    });
+                }
+                if *unique {
+                    let mut seen: Vec<(PropType, Scalar)> = Vec::new();
+                    items.retain(|(t, e)| {
+                        let dup = seen
+                            .iter()
+                            .any(|(st, s)| st == t && elem_cmp(*st, s, *t, e) == Ordering::Equal);
+                        if !dup {
+                            seen.push((*t, e.clone()));
+                        }
+                        !dup
+                    });
+                }
+                let it = items.into_iter().skip(*skip).map(|(_, e)| e.to_json());
+                Value::Array(match limit {
+                    Some(l) => it.take(*l).collect(),
+                    None => it.collect(),
+                })
+            }
+            AggFn::TimeBucket { .. } => Value::Null,
+        }
+    }
+}
+
+fn bucket_value(def: &AggDef, r: &Record, select_form: bool) -> Vec<Value> {
+    let AggFn::TimeBucket { granularity, size } = def.func else {
+        return vec![];
+    };
+    let Some(v) = def.field.as_ref().and_then(|f| r.props.get(f)) else {
+        return vec![Value::Null];
+    };
+    if v.ty != PropType::Datetime {
+        return vec![Value::Null];
+    }
+    v.items
+        .iter()
+        .filter_map(instant_of)
+        .map(|i| {
+            let s = bucket_start(i, granularity, size);
+            if select_form {
+                json!(s * 1000)
+            } else {
+                json!(iso(s))
+            }
+        })
+        .collect()
+}
+
+/// Compares JSON values as row keys: numbers, then strings, then booleans; null last.
+fn value_cmp(a: &Value, b: &Value) -> Ordering {
+    let rank = |v: &Value| match v {
+        Value::Number(_) => 0,
+        Value::String(_) => 1,
+        Value::Bool(_) => 2,
+        Value::Array(_) | Value::Object(_) => 3,
+        Value::Null => 4,
+    };
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let s = |n: &serde_json::Number| {
+                n.as_i64()
+                    .map(Scalar::Int)
+                    .unwrap_or(Scalar::Float(n.as_f64().unwrap_or(0.0)))
+            };
+            num_cmp(&s(x), &s(y))
+        }
+        (Value::String(x), Value::String(y)) => x.cmp(y),
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        _ => rank(a).cmp(&rank(b)),
+    }
+}
+
+fn sort_rows(rows: &mut [Map<String, Value>], order: &[(String, bool)]) {
+    if order.is_empty() {
+        return;
+    }
+    rows.sort_by(|a, b| {
+        for (k, desc) in order {
+            let (x, y) = (
+                a.get(k).unwrap_or(&Value::Null),
+                b.get(k).unwrap_or(&Value::Null),
+            );
+            let o = match (x.is_null(), y.is_null()) {
+                (true, true) => Ordering::Equal,
+                (true, false) => Ordering::Greater,
+                (false, true) => Ordering::Less,
+                _ => {
+                    let o = value_cmp(x, y);
+                    if *desc {
+                        o.reverse()
+                    } else {
+                        o
+                    }
+                }
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    });
+}
+
+/// Computes the rows over the matching records (in their search order); returns the page of
+/// rows and the total number of rows.
+pub fn run(
+    agg: &Aggregation,
+    records: &[Record],
+    record_json: impl Fn(&Record) -> Value,
+) -> (Vec<Value>, u64) {
+    let mut rows: Vec<Map<String, Value>> = Vec::new();
+    if agg.dims.is_empty() {
+        for r in records {
+            let Value::Object(mut row) = record_json(r) else {
+                continue;
+            };
+            for d in &agg.defs {
+                let v = match d.func {
+                    AggFn::TimeBucket { .. } => bucket_value(d, r, agg.select_form)
+                        .into_iter()
+                        .next()
+                        .unwrap_or(Value::Null),
+                    _ => {
+                        let mut acc = Acc::default();
+                        acc.add(d, r);
+                        acc.value(d)
+                    }
+                };
+                row.insert(d.name.clone(), v);
+            }
+            rows.push(row);
+        }
+    } else {
+        // Group key: the JSON text of each dimension value, in dimension order.
+        let mut groups: BTreeMap<Vec<String>, (Vec<Value>, Vec<Acc>)> = BTreeMap::new();
+        for r in records {
+            let mut keys: Vec<Vec<Value>> = vec![vec![]];
+            for (_, dim) in &agg.dims {
+                let vals: Vec<Value> = match dim {
+                    Dim::Prop(p) => match r.props.get(p) {
+                        Some(v) if v.array && !v.items.is_empty() => {
+                            v.items.iter().map(Scalar::to_json).collect()
+                        }
+                        Some(v) if !v.array => vec![v.to_json()],
+                        _ => vec![Value::Null],
+                    },
+                    Dim::Bucket(i) => bucket_value(&agg.defs[*i], r, agg.select_form),
+                };
+                keys = keys
+                    .into_iter()
+                    .flat_map(|k| {
+                        vals.iter().map(move |v| {
+                            let mut k = k.clone();
+                            k.push(v.clone());
+                            k
+                        })
+                    })
+                    .collect();
+            }
+            for k in keys {
+                let text: Vec<String> = k.iter().map(Value::to_string).collect();
+                let entry = groups
+                    .entry(text)
+                    .or_insert_with(|| (k.clone(), vec![Acc::default(); agg.defs.len()]));
+                for (acc, d) in entry.1.iter_mut().zip(&agg.defs) {
+                    acc.add(d, r);
+                }
+            }
+        }
+        for (_, (dims, accs)) in groups {
+            let mut row = Map::new();
+            for ((name, _), v) in agg.dims.iter().zip(dims) {
+                row.insert(name.clone(), v);
+            }
+            for (acc, d) in accs.iter().zip(&agg.defs) {
+                if !matches!(d.func, AggFn::TimeBucket { .. }) {
+                    row.insert(d.name.clone(), acc.value(d));
+                }
+            }
+            rows.push(row);
+        }
+        if agg.order.is_empty() {
+            let dims: Vec<(String, bool)> =
+                agg.dims.iter().map(|(n, _)| (n.clone(), false)).collect();
+            sort_rows(&mut rows, &dims);
+        }
+    }
+    sort_rows(&mut rows, &agg.order);
+    let total = rows.len() as u64;
+    let page = rows
+        .into_iter()
+        .skip(agg.offset)
+        .take(agg.limit)
+        .map(Value::Object)
+        .collect();
+    (page, total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_align_to_calendar_units() {
+        let t = datetime::parse("2024-05-15T13:45:30Z").unwrap();
+        assert_eq!(
+            iso(bucket_start(t, Granularity::Hour, 1)),
+            "2024-05-15T13:00:00Z"
+        );
+        assert_eq!(
+            iso(bucket_start(t, Granularity::Day, 1)),
+            "2024-05-15T00:00:00Z"
+        );
+        assert_eq!(
+            iso(bucket_start(t, Granularity::Week, 1)),
+            "2024-05-13T00:00:00Z"
+        ); // a Monday
+        assert_eq!(
+            iso(bucket_start(t, Granularity::Month, 1)),
+            "2024-05-01T00:00:00Z"
+        );
+        assert_eq!(
+            iso(bucket_start(t, Granularity::Quarter, 1)),
+            "2024-04-01T00:00:00Z"
+        );
+        assert_eq!(
+            iso(bucket_start(t, Granularity::Year, 1)),
+            "2024-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            iso(bucket_start(t, Granularity::Month, 6)),
+            "2024-01-01T00:00:00Z"
+        );
+        let early = datetime::parse("1969-12-31T23:00:00Z").unwrap();
+        assert_eq!(
+            iso(bucket_start(early, Granularity::Week, 1)),
+            "1969-12-29T00:00:00Z"
+        );
+    }
+}

@@ -1,0 +1,735 @@
+//! Planning and execution of record searches over one read view.
+//!
+//! The planner looks at the top-level conjuncts of the filter and picks the cheapest access
+//! path by estimated rows: an id set, property-index point lookups (`=`, `$in`), an index
+//! range (`$gt/$gte/$lt/$lte`, merged per field), an index prefix (`$startsWith`), a label
+//! scan, or a full scan. Candidates from the path are a superset of the matches; the whole
+//! filter is re-checked on each ("residual"), except when the path alone answers it
+//! ("covered"): then `total` is a count of index keys and no record is read but the page.
+
+use super::filter::{Bound, FieldPred, Filter, IdPred, Operand, RangeOp};
+use super::order::{self, OrderKey};
+use crate::error::{Error, Result};
+use crate::model::{PropType, Record, Scalar};
+use crate::store::codec;
+use crate::store::keys::{self, Key};
+use crate::store::kv::KvRead;
+use crate::store::records as rstore;
+use std::collections::HashSet;
+use uuid::Uuid;
+
+/// Index ranges are counted up to this many keys when estimating.
+const ESTIMATE_CAP: u64 = 20_000;
+
+#[derive(Debug, Clone)]
+pub struct SearchSpec {
+    pub labels: Vec<String>,
+    pub filter: Filter,
+    pub order: Vec<OrderKey>,
+    pub offset: usize,
+    /// None: every match (bulk delete, aggregation).
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Explain {
+    pub access: String,
+    pub estimated_rows: u64,
+    pub examined_rows: u64,
+    pub matched_rows: u64,
+    pub covered: bool,
+    pub index_order: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct SearchOutput {
+    pub records: Vec<Record>,
+    pub total: u64,
+    pub explain: Explain,
+}
+
+/// Key ranges of one property index (one property id, one or more labels).
+#[derive(Debug, Clone)]
+struct IndexAccess {
+    describe: String,
+    field: String,
+    ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Records may appear once per array element, so ids need de-duplication.
+    arrays: bool,
+    /// How many top-level conjuncts the ranges answer exactly.
+    answers: usize,
+    /// All ranges lie in one label's part of one property index, in value order.
+    single_run: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Access {
+    Ids(Vec<Uuid>),
+    Index(IndexAccess),
+    Labels(Vec<String>),
+    All,
+}
+
+fn flatten<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
+    match f {
+        Filter::True => {}
+        Filter::And(fs) => fs.iter().for_each(|f| flatten(f, out)),
+        f => out.push(f),
+    }
+}
+
+fn id_from_key(k: &[u8]) -> Result<Uuid> {
+    k.len()
+        .checked_sub(16)
+        .and_then(|s| Uuid::from_slice(&k[s..]).ok())
+        .ok_or_else(|| Error::internal("corrupt index key"))
+}
+
+struct Planner<'a, R: KvRead> {
+    kv: &'a R,
+    tenant: u64,
+    labels: &'a [String],
+}
+
+impl<R: KvRead> Planner<'_, R> {
+    fn prop_id(&self, name: &str, ty: PropType) -> Result<Option<Uuid>> {
+        self.kv
+            .get(
+                &Key::tenant(self.tenant, keys::PROP_BY_NAME)
+                    .str(name)
+                    .u8(ty as u8)
+                    .0,
+            )?
+            .map(|v| codec::decode_uuid(&v))
+            .transpose()
+    }
+
+    /// Labels in scope that hold the property, with whether any holds it as an array.
+    fn prop_labels(&self, pid: &Uuid) -> Result<(Vec<String>, bool)> {
+        let prefix = Key::tenant(self.tenant, keys::PROP_LABEL_COUNT).uuid(pid).0;
+        let (mut out, mut arrays) = (Vec::new(), false);
+        self.kv.scan_prefix(&prefix, false, &mut |k, v| {
+            let (label, _) = keys::read_escaped(&k[prefix.len()..])
+                .ok_or_else(|| Error::internal("corrupt count key"))?;
+            let label = String::from_utf8_lossy(&label).into_owned();
+            if self.labels.is_empty() || self.labels.contains(&label) {
+                arrays |= codec::decode_u64_pair(v)?.1 > 0;
+                out.push(label);
+            }
+            Ok(true)
+        })?;
+        Ok((out, arrays))
+    }
+
+    fn base(&self, pid: &Uuid, label: &str) -> Vec<u8> {
+        Key::tenant(self.tenant, keys::PROP_INDEX)
+            .uuid(pid)
+            .str(label)
+            .0
+    }
+
+    /// Point ranges for equality with each operand, over every property type it can match.
+    fn points(&self, field: &str, ops: &[&Operand]) -> Result<Option<IndexAccess>> {
+        let mut ranges = Vec::new();
+        let mut arrays = false;
+        let mut labels_seen = HashSet::new();
+        for op in ops {
+            let targets: Vec<(PropType, Vec<u8>)> = match op {
+                Operand::Str(s, inst) => {
+                    let mut t = vec![(
+                        PropType::String,
+                        Key::default()
+                            .scalar(PropType::String, &Scalar::Str(s.clone()))
+                            .0,
+                    )];
+                    if let Some(i) = inst {
+                        let mut v = Vec::new();
+                        keys::push_instant(&mut v, *i);
+                        t.push((PropType::Datetime, v));
+                    }
+                    t
+                }
+                Operand::Num(n) => vec![(
+                    PropType::Number,
+                    Key::default().scalar(PropType::Number, n).0,
+                )],
+                Operand::Bool(b) => vec![(
+                    PropType::Boolean,
+                    Key::default()
+                        .scalar(PropType::Boolean, &Scalar::Bool(*b))
+                        .0,
+                )],
+                Operand::Instant(i) => {
+                    let mut v = Vec::new();
+                    keys::push_instant(&mut v, *i);
+                    vec![(PropType::Datetime, v)]
+                }
+            };
+            for (ty, enc) in targets {
+                let Some(pid) = self.prop_id(field, ty)? else {
+                    continue;
+                };
+                let (labels, arr) = self.prop_labels(&pid)?;
+                arrays |= arr;
+                for l in labels {
+                    labels_seen.insert((pid, l.clone()));
+                    let mut start = self.base(&pid, &l);
+                    start.extend_from_slice(&enc);
+                    let end = keys::prefix_end(&start);
+                    ranges.push((start, end));
+                }
+            }
+        }
+        ranges.sort();
+        ranges.dedup();
+        Ok(Some(IndexAccess {
+            describe: format!("index point lookup on {field} ({} range(s))", ranges.len()),
+            field: field.to_string(),
+            single_run: labels_seen.len() <= 1,
+            ranges,
+            arrays,
+            answers: 1,
+        }))
+    }
+
+    /// One range per label for the merged bounds on one field (numbers or datetimes).
+    fn range(&self, field: &str, bounds: &[(RangeOp, &Bound)]) -> Result<Option<IndexAccess>> {
+        let ty = match bounds.first() {
+            Some((_, Bound::Num(_))) => PropType::Number,
+            Some((_, Bound::Instant(_))) => PropType::Datetime,
+            None => return Ok(None),
+        };
+        let enc = |b: &Bound| {
+            let mut v = Vec::new();
+            match b {
+                Bound::Num(n) => keys::push_scalar(&mut v, PropType::Number, n),
+                Bound::Instant(i) => keys::push_instant(&mut v, *i),
+            }
+            v
+        };
+        let Some(pid) = self.prop_id(field, ty)? else {
+            return Ok(Some(IndexAccess {
+                describe: format!("index range on {field} (no such property)"),
+                field: field.into(),
+                ranges: vec![],
+                arrays: false,
+                answers: bounds.len(),
+                single_run: true,
+            }));
+        };
+        let (labels, arrays) = self.prop_labels(&pid)?;
+        // "Any element" holds per operator: on arrays, `$gt: a` and `$lt: b` may be met by
+        // different elements, so one merged range would miss matches. Use one bound there
+        // and leave the others to the residual filter.
+        let (bounds, answers) = if arrays && bounds.len() > 1 {
+            (&bounds[..1], 0)
+        } else {
+            (bounds, bounds.len())
+        };
+        let mut ranges = Vec::new();
+        for l in &labels {
+            let base = self.base(&pid, l);
+            let (mut start, mut end) = (base.clone(), keys::prefix_end(&base));
+            for (op, b) in bounds {
+                let mut at = base.clone();
+                at.extend_from_slice(&enc(b));
+                let candidate = match op {
+                    RangeOp::Gte => at,
+                    RangeOp::Gt => keys::prefix_end(&at),
+                    RangeOp::Lt => at,
+                    RangeOp::Lte => keys::prefix_end(&at),
+                };
+                match op {
+                    RangeOp::Gt | RangeOp::Gte if candidate > start => start = candidate,
+                    RangeOp::Lt | RangeOp::Lte if candidate < end => end = candidate,
+                    _ => {}
+                }
+            }
+            if start < end {
+                ranges.push((start, end));
+            }
+        }
+        Ok(Some(IndexAccess {
+            describe: format!("index range on {field}"),
+            field: field.into(),
+            single_run: labels.len() <= 1,
+            ranges,
+            arrays,
+            answers,
+        }))
+    }
+
+    fn prefix(&self, field: &str, s: &str) -> Result<Option<IndexAccess>> {
+        // Datetime text can also start with s, and the index holds instants, not text.
+        if self.prop_id(field, PropType::Datetime)?.is_some() {
+            return Ok(None);
+        }
+        let Some(pid) = self.prop_id(field, PropType::String)? else {
+            return Ok(Some(IndexAccess {
+                describe: format!("index prefix on {field} (no such property)"),
+                field: field.into(),
+                ranges: vec![],
+                arrays: false,
+                answers: 1,
+                single_run: true,
+            }));
+        };
+        let (labels, arrays) = self.prop_labels(&pid)?;
+        let ranges = labels
+            .iter()
+            .map(|l| {
+                let mut start = self.base(&pid, l);
+                keys::push_string_prefix(&mut start, s);
+                let end = keys::prefix_end(&start);
+                (start, end)
+            })
+            .collect::<Vec<_>>();
+        Ok(Some(IndexAccess {
+            describe: format!("index prefix on {field}"),
+            field: field.into(),
+            single_run: labels.len() <= 1,
+            ranges,
+            arrays,
+            answers: 1,
+        }))
+    }
+
+    fn count_ranges(&self, ranges: &[(Vec<u8>, Vec<u8>)], cap: u64) -> Result<u64> {
+        let mut n = 0;
+        for (s, e) in ranges {
+            self.kv.scan(s, e, false, &mut |_, _| {
+                n += 1;
+                Ok(n < cap)
+            })?;
+            if n >= cap {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    fn label_total(&self) -> Result<u64> {
+        if self.labels.is_empty() {
+            return Ok(rstore::label_counts(self.kv, self.tenant)?
+                .iter()
+                .map(|(_, c)| c)
+                .sum());
+        }
+        let mut t = 0;
+        for l in self.labels {
+            t += rstore::label_count(self.kv, self.tenant, l)?;
+        }
+        Ok(t)
+    }
+
+    /// Chooses the access path: (path, estimated rows, conjuncts it answers).
+    fn plan(&self, conj: &[&Filter]) -> Result<(Access, u64, usize)> {
+        let scan_rows = self.label_total()?;
+        let mut best = if self.labels.is_empty() {
+            (Access::All, scan_rows, 0)
+        } else {
+            (Access::Labels(self.labels.to_vec()), scan_rows, 0)
+        };
+        let mut options: Vec<IndexAccess> = Vec::new();
+        let mut range_fields: Vec<&str> = Vec::new();
+        for f in conj {
+            match f {
+                Filter::Id(IdPred::In(ids)) => {
+                    let ids: Vec<Uuid> = ids
+                        .iter()
+                        .copied()
+                        .collect::<HashSet<_>>()
+                        .into_iter()
+                        .collect();
+                    if (ids.len() as u64) <= best.1 {
+                        let n = ids.len() as u64;
+                        best = (Access::Ids(ids), n, 1);
+                    }
+                }
+                Filter::Field(name, FieldPred::Eq(o)) => options.extend(self.points(name, &[o])?),
+                Filter::Field(name, FieldPred::In(os)) => {
+                    options.extend(self.points(name, &os.iter().collect::<Vec<_>>())?)
+                }
+                Filter::Field(name, FieldPred::StartsWith(s)) => {
+                    options.extend(self.prefix(name, s)?)
+                }
+                Filter::Field(name, FieldPred::Range(..))
+                    if !range_fields.contains(&name.as_str()) =>
+                {
+                    range_fields.push(name);
+                    // All range conjuncts on this field with the first one's bound kind.
+                    let mut bounds: Vec<(RangeOp, &Bound)> = Vec::new();
+                    for g in conj {
+                        if let Filter::Field(n2, FieldPred::Range(op, b)) = g {
+                            if n2 == name {
+                                bounds.push((*op, b));
+                            }
+                        }
+                    }
+                    let first_kind = std::mem::discriminant(bounds[0].1);
+                    let same: Vec<_> = bounds
+                        .iter()
+                        .filter(|(_, b)| std::mem::discriminant(*b) == first_kind)
+                        .cloned()
+                        .collect();
+                    if let Some(mut ia) = self.range(name, &same)? {
+                        // Mixed bound kinds on one field leave the others to the residual.
+                        if same.len() != bounds.len() {
+                            ia.answers = 0;
+                        }
+                        options.push(ia);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for ia in options {
+            let est = self.count_ranges(
+                &ia.ranges,
+                ESTIMATE_CAP.min(best.1.saturating_add(1)).max(1),
+            )?;
+            if est < best.1 || (est == best.1 && !matches!(best.0, Access::Ids(_))) {
+                let answers = ia.answers;
+                best = (Access::Index(ia), est, answers);
+            }
+        }
+        Ok(best)
+    }
+}
+
+/// Keeps the best `k` of a stream under an order, in amortized O(n log k).
+struct TopK<'o> {
+    keys: &'o [OrderKey],
+    k: usize,
+    items: Vec<Record>,
+}
+
+impl<'o> TopK<'o> {
+    fn new(keys: &'o [OrderKey], k: usize) -> Self {
+        TopK {
+            keys,
+            k,
+            items: Vec::new(),
+        }
+    }
+    fn push(&mut self, r: Record) {
+        self.items.push(r);
+        if self.items.len() >= self.k.saturating_mul(2).max(64) {
+            self.shrink();
+        }
+    }
+    fn shrink(&mut self) {
+        let keys = self.keys;
+        if self.items.len() > self.k {
+            self.items
+                .select_nth_unstable_by(self.k, |a, b| order::compare(keys, a, b));
+            self.items.truncate(self.k);
+        }
+    }
+    fn finish(mut self) -> Vec<Record> {
+        self.shrink();
+        let keys = self.keys;
+        self.items.sort_by(|a, b| order::compare(keys, a, b));
+        self.items
+    }
+}
+
+fn wanted_fields<'a>(filter: &'a Filter, order: &'a [OrderKey]) -> Vec<&'a str> {
+    let mut f = Vec::new();
+    filter.fields(&mut f);
+    f.extend(order.iter().filter_map(|k| k.field.as_deref()));
+    f.sort_unstable();
+    f.dedup();
+    f
+}
+
+fn by_id_only(order: &[OrderKey]) -> Option<bool> {
+    match order {
+        [OrderKey { field: None, desc }, ..] => Some(*desc),
+        _ => None,
+    }
+}
+
+/// Runs a search on one tenant's keyspace.
+pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<SearchOutput> {
+    let planner = Planner {
+        kv,
+        tenant,
+        labels: &spec.labels,
+    };
+    let mut conj = Vec::new();
+    flatten(&spec.filter, &mut conj);
+    let (access, estimated, answers) = planner.plan(&conj)?;
+    let covered = matches!(access, Access::Index(_) | Access::Labels(_) | Access::All)
+        && answers == conj.len();
+    let mut explain = Explain {
+        access: match &access {
+            Access::Ids(ids) => format!("id set ({} ids)", ids.len()),
+            Access::Index(ia) => ia.describe.clone(),
+            Access::Labels(ls) => format!("label scan ({})", ls.join(", ")),
+            Access::All => "full scan".into(),
+        },
+        estimated_rows: estimated,
+        covered,
+        ..Default::default()
+    };
+    let want = spec.limit.map(|l| spec.offset.saturating_add(l));
+    let rec_key = |id: &Uuid| rstore::record_key(tenant, id);
+    let fetch_full = |ids: &[Uuid]| -> Result<Vec<Record>> {
+        ids.iter()
+            .filter_map(|id| rstore::get_record(kv, tenant, id).transpose())
+            .collect()
+    };
+
+    // Covered label or full scans: counters give the total, the id-ordered walk the page.
+    if covered
+        && matches!(access, Access::Labels(_) | Access::All)
+        && by_id_only(&spec.order).is_some()
+    {
+        let desc = by_id_only(&spec.order).unwrap_or(true);
+        let total = estimated;
+        let take = want.unwrap_or(usize::MAX);
+        let mut ids = Vec::new();
+        let prefixes: Vec<Vec<u8>> = match &access {
+            Access::Labels(ls) => {
+                let mut seen = HashSet::new();
+                ls.iter()
+                    .filter(|l| seen.insert(*l))
+                    .map(|l| Key::tenant(tenant, keys::LABEL_INDEX).str(l).0)
+                    .collect()
+            }
+            _ => vec![Key::tenant(tenant, keys::RECORD).0],
+        };
+        for p in &prefixes {
+            let mut n = 0usize;
+            kv.scan_prefix(p, desc, &mut |k, _| {
+                ids.push(id_from_key(k)?);
+                n += 1;
+                Ok(n < take)
+            })?;
+        }
+        ids.sort_unstable();
+        if desc {
+            ids.reverse();
+        }
+        let page: Vec<Uuid> = ids
+            .into_iter()
+            .skip(spec.offset)
+            .take(take.saturating_sub(spec.offset))
+            .collect();
+        explain.examined_rows = page.len() as u64;
+        explain.matched_rows = total;
+        explain.index_order = true;
+        return Ok(SearchOutput {
+            records: fetch_full(&page)?,
+            total,
+            explain,
+        });
+    }
+
+    // Covered index paths: the keys alone give the matches.
+    if covered {
+        if let Access::Index(ia) = &access {
+            let order_on_field = matches!(spec.order.as_slice(), [OrderKey { field: Some(f), .. }] if *f == ia.field);
+            if order_on_field && ia.single_run && want.is_some() {
+                let desc = spec.order[0].desc;
+                return index_ordered(
+                    kv,
+                    tenant,
+                    ia,
+                    desc,
+                    spec.offset,
+                    want.unwrap_or(0),
+                    explain,
+                );
+            }
+            let mut ids = Vec::new();
+            let mut seen = HashSet::new();
+            for (s, e) in &ia.ranges {
+                kv.scan(s, e, false, &mut |k, _| {
+                    let id = id_from_key(k)?;
+                    if !ia.arrays || seen.insert(id) {
+                        ids.push(id);
+                    }
+                    Ok(true)
+                })?;
+            }
+            let total = ids.len() as u64;
+            explain.examined_rows = total;
+            explain.matched_rows = total;
+            if let Some(desc) = by_id_only(&spec.order) {
+                ids.sort_unstable();
+                if desc {
+                    ids.reverse();
+                }
+                let page: Vec<Uuid> = ids
+                    .into_iter()
+                    .skip(spec.offset)
+                    .take(want.map_or(usize::MAX, |w| w - spec.offset))
+                    .collect();
+                return Ok(SearchOutput {
+                    records: fetch_full(&page)?,
+                    total,
+                    explain,
+                });
+            }
+            let fields = wanted_fields(&spec.filter, &spec.order);
+            let mut top = TopK::new(&spec.order, want.unwrap_or(usize::MAX));
+            for id in &ids {
+                if let Some(v) = kv.get(&rec_key(id))? {
+                    top.push(codec::decode_record_fields(*id, &v, Some(&fields))?);
+                }
+            }
+            let page: Vec<Uuid> = top
+                .finish()
+                .into_iter()
+                .skip(spec.offset)
+                .map(|r| r.id)
+                .collect();
+            return Ok(SearchOutput {
+                records: fetch_full(&page)?,
+                total,
+                explain,
+            });
+        }
+    }
+
+    // Residual evaluation over the candidates.
+    let fields = wanted_fields(&spec.filter, &spec.order);
+    let in_scope = |r: &Record| spec.labels.is_empty() || spec.labels.contains(&r.label);
+    let mut total = 0u64;
+    let mut examined = 0u64;
+    let mut top = TopK::new(&spec.order, want.unwrap_or(usize::MAX));
+    let mut visit = |r: Record| {
+        examined += 1;
+        if in_scope(&r) && spec.filter.eval(&r) {
+            total += 1;
+            top.push(r);
+        }
+    };
+    match &access {
+        Access::All => {
+            kv.scan_prefix(&Key::tenant(tenant, keys::RECORD).0, false, &mut |k, v| {
+                visit(codec::decode_record_fields(
+                    id_from_key(k)?,
+                    v,
+                    Some(&fields),
+                )?);
+                Ok(true)
+            })?;
+        }
+        Access::Labels(ls) => {
+            let mut seen = HashSet::new();
+            for l in ls.iter().filter(|l| seen.insert(*l)) {
+                kv.scan_prefix(
+                    &Key::tenant(tenant, keys::LABEL_INDEX).str(l).0,
+                    false,
+                    &mut |k, _| {
+                        let id = id_from_key(k)?;
+                        if let Some(v) = kv.get(&rec_key(&id))? {
+                            visit(codec::decode_record_fields(id, &v, Some(&fields))?);
+                        }
+                        Ok(true)
+                    },
+                )?;
+            }
+        }
+        Access::Ids(ids) => {
+            for id in ids {
+                if let Some(v) = kv.get(&rec_key(id))? {
+                    visit(codec::decode_record_fields(*id, &v, Some(&fields))?);
+                }
+            }
+        }
+        Access::Index(ia) => {
+            let mut seen = HashSet::new();
+            for (s, e) in &ia.ranges {
+                kv.scan(s, e, false, &mut |k, _| {
+                    let id = id_from_key(k)?;
+                    if !ia.arrays || seen.insert(id) {
+                        if let Some(v) = kv.get(&rec_key(&id))? {
+                            visit(codec::decode_record_fields(id, &v, Some(&fields))?);
+                        }
+                    }
+                    Ok(true)
+                })?;
+            }
+        }
+    }
+    explain.examined_rows = examined;
+    explain.matched_rows = total;
+    let page: Vec<Uuid> = top
+        .finish()
+        .into_iter()
+        .skip(spec.offset)
+        .map(|r| r.id)
+        .collect();
+    Ok(SearchOutput {
+        records: fetch_full(&page)?,
+        total,
+        explain,
+    })
+}
+
+/// Walks one label's run of a property index in value order, stopping after the page, and
+/// counts the rest for `total`. Equal values come out by id descending (ties).
+fn index_ordered<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    ia: &IndexAccess,
+    desc: bool,
+    offset: usize,
+    want: usize,
+    mut explain: Explain,
+) -> Result<SearchOutput> {
+    let mut ranges = ia.ranges.clone();
+    ranges.sort();
+    if desc {
+        ranges.reverse();
+    }
+    let mut seen = HashSet::new();
+    let mut page: Vec<Uuid> = Vec::new();
+    let mut group: Vec<Uuid> = Vec::new();
+    let mut group_value: Vec<u8> = Vec::new();
+    let mut total = 0u64;
+    let flush = |group: &mut Vec<Uuid>, page: &mut Vec<Uuid>| {
+        // Ascending walks see equal values by id ascending; ties are ordered id descending.
+        if !desc {
+            group.reverse();
+        }
+        page.append(group);
+    };
+    for (s, e) in &ranges {
+        kv.scan(s, e, desc, &mut |k, _| {
+            let id = id_from_key(k)?;
+            if ia.arrays && !seen.insert(id) {
+                return Ok(true);
+            }
+            total += 1;
+            if page.len() < want {
+                let value = &k[..k.len() - 16];
+                if value != group_value.as_slice() {
+                    flush(&mut group, &mut page);
+                    group_value = value.to_vec();
+                }
+                group.push(id);
+            }
+            Ok(true)
+        })?;
+    }
+    flush(&mut group, &mut page);
+    page.truncate(want);
+    let page: Vec<Uuid> = page.into_iter().skip(offset).collect();
+    explain.examined_rows = total;
+    explain.matched_rows = total;
+    explain.index_order = true;
+    let records = page
+        .iter()
+        .filter_map(|id| rstore::get_record(kv, tenant, id).transpose())
+        .collect::<Result<Vec<_>>>()?;
+    Ok(SearchOutput {
+        records,
+        total,
+        explain,
+    })
+}

@@ -1,0 +1,159 @@
+//! Ordering (BEHAVIOUR.md §2): `"asc" | "desc"` by id, or field keys. Across types, numbers
+//! sort before datetimes (by instant), then strings (by code point), then booleans
+//! (false < true). Records lacking the field come last in both directions. An array sorts
+//! by its smallest element ascending and by its largest descending. Records with equal
+//! keys are ordered by id descending, so paging is stable.
+
+use super::filter::{instant_of, num_cmp};
+use crate::error::{Error, Result};
+use crate::model::{PropType, PropValue, Record, Scalar};
+use serde_json::Value;
+use std::cmp::Ordering;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrderKey {
+    /// None orders by record id.
+    pub field: Option<String>,
+    pub desc: bool,
+}
+
+/// Parses `orderBy`; the default is id descending (newest first).
+pub fn parse(v: Option<&Value>, path: &str) -> Result<Vec<OrderKey>> {
+    let dir = |v: &Value, p: &str| match v.as_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("asc") => Ok(false),
+        Some("desc") => Ok(true),
+        _ => Err(Error::invalid(format!(
+            "{p}: order direction must be \"asc\" or \"desc\""
+        ))),
+    };
+    let key = |f: &str, v: &Value, p: &str| -> Result<OrderKey> {
+        if f.is_empty() {
+            return Err(Error::invalid(format!("{p}: field name must not be empty")));
+        }
+        let field = match f {
+            "id" | "__id" | "$id" => None,
+            f => Some(f.to_string()),
+        };
+        Ok(OrderKey {
+            field,
+            desc: dir(v, p)?,
+        })
+    };
+    let mut keys = Vec::new();
+    match v {
+        None | Some(Value::Null) => {}
+        Some(s @ Value::String(_)) => keys.push(OrderKey { field: None, desc: dir(s, path)? }),
+        Some(Value::Object(m)) => {
+            for (f, d) in m {
+                keys.push(key(f, d, &format!("{path}.{f}"))?);
+            }
+        }
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let Value::Object(m) = item else {
+                    return Err(Error::invalid(format!("{path}[{i}]: expected an object of field to direction")));
+                };
+                for (f, d) in m {
+                    keys.push(key(f, d, &format!("{path}[{i}].{f}"))?);
+                }
+            }
+        }
+        Some(_) => {
+            return Err(Error::invalid(format!(
+                "{path}: expected \"asc\", \"desc\", an object of field to direction, or an array of them"
+            )))
+        }
+    }
+    if keys.is_empty() {
+        keys.push(OrderKey {
+            field: None,
+            desc: true,
+        });
+    }
+    Ok(keys)
+}
+
+fn type_rank(t: PropType) -> u8 {
+    match t {
+        PropType::Number => 0,
+        PropType::Datetime => 1,
+        PropType::String => 2,
+        PropType::Boolean => 3,
+    }
+}
+
+/// Compares two elements of possibly different property types in the cross-type order.
+pub fn elem_cmp(ta: PropType, a: &Scalar, tb: PropType, b: &Scalar) -> Ordering {
+    type_rank(ta)
+        .cmp(&type_rank(tb))
+        .then_with(|| match (ta, a, b) {
+            (PropType::Number, _, _) => num_cmp(a, b),
+            (PropType::Datetime, _, _) => instant_of(a).cmp(&instant_of(b)),
+            (_, Scalar::Str(x), Scalar::Str(y)) => x.cmp(y),
+            (_, Scalar::Bool(x), Scalar::Bool(y)) => x.cmp(y),
+            _ => Ordering::Equal,
+        })
+}
+
+/// The element a value sorts by: smallest ascending, largest descending.
+pub fn sort_elem(v: &PropValue, desc: bool) -> Option<&Scalar> {
+    let pick = |best: &Scalar, e: &Scalar| {
+        let o = elem_cmp(v.ty, e, v.ty, best);
+        if desc {
+            o == Ordering::Greater
+        } else {
+            o == Ordering::Less
+        }
+    };
+    let mut it = v.items.iter();
+    let mut best = it.next()?;
+    for e in it {
+        if pick(best, e) {
+            best = e;
+        }
+    }
+    Some(best)
+}
+
+/// Compares two records under the order keys, ties by id descending.
+pub fn compare(keys: &[OrderKey], a: &Record, b: &Record) -> Ordering {
+    for k in keys {
+        let o = match &k.field {
+            None => {
+                let o = a.id.cmp(&b.id);
+                if k.desc {
+                    o.reverse()
+                } else {
+                    o
+                }
+            }
+            Some(f) => {
+                let ea = a
+                    .props
+                    .get(f)
+                    .and_then(|v| sort_elem(v, k.desc).map(|e| (v.ty, e)));
+                let eb = b
+                    .props
+                    .get(f)
+                    .and_then(|v| sort_elem(v, k.desc).map(|e| (v.ty, e)));
+                match (ea, eb) {
+                    (None, None) => Ordering::Equal,
+                    (None, Some(_)) => Ordering::Greater,
+                    (Some(_), None) => Ordering::Less,
+                    (Some((ta, x)), Some((tb, y))) => {
+                        let o = elem_cmp(ta, x, tb, y);
+                        if k.desc {
+                            o.reverse()
+                        } else {
+                            o
+                        }
+                    }
+                }
+            }
+        };
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    b.id.cmp(&a.id)
+}

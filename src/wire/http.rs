@@ -287,7 +287,7 @@ fn settings(state: &HttpState) -> HttpResponse {
             "multitenant": b.multitenant,
             "restEnvelope": if state.flat_lists { "flat" } else { "spec" },
             "features": {
-                "records": true, "search": false, "relationships": false, "transactions": false,
+                "records": true, "search": true, "relationships": false, "transactions": false,
                 "import": false, "export": false, "vectorSearch": false, "sql": false, "bolt": false, "grpc": false
             }
         }}),

@@ -6,9 +6,9 @@ use super::{Engine, Outcome};
 use crate::error::{Error, Result};
 use crate::model::{parse_uuid_v7, PropType};
 use crate::protocol::{render, PropertyValuesQuery, QueryDocument};
+use crate::query;
 use crate::query::exec::{self, SearchSpec};
 use crate::query::filter::{FieldPred, Filter};
-use crate::query::{self, order::OrderKey};
 use crate::store::records::{self as rstore, PropertyInfo, WriteOp, WriteOutcome};
 use crate::store::Tenant;
 use serde_json::{json, Value};
@@ -24,17 +24,103 @@ impl Engine {
         doc: &QueryDocument,
     ) -> Result<Outcome> {
         let q = query::lower(doc, true)?;
-        let out = self.blocking_search(tenant, q.spec.clone()).await?;
-        match &q.aggregation {
-            None => Ok(Outcome::Records {
+        let Some(agg) = q.aggregation else {
+            let out = self.blocking_search(tenant, q.spec).await?;
+            return Ok(Outcome::Records {
                 records: out.records,
                 total: out.total,
-            }),
-            Some(agg) => {
-                let (rows, total) = query::aggregate::run(agg, &out.records, render::flat_record);
-                Ok(Outcome::Rows { rows, total })
-            }
+            });
+        };
+        if agg.dims.is_empty() && agg.order.is_empty() {
+            // One row per record in search order: only the page's records are needed.
+            let spec = SearchSpec {
+                offset: agg.offset,
+                limit: Some(agg.limit),
+                ..q.spec
+            };
+            let out = self.blocking_search(tenant, spec).await?;
+            let paged = query::aggregate::Aggregation { offset: 0, ..agg };
+            let (rows, _) = query::aggregate::per_record(&paged, &out.records, render::flat_record);
+            return Ok(Outcome::Rows {
+                rows,
+                total: out.total,
+            });
         }
+        let (store, tenant) = (self.store.clone(), tenant.clone());
+        let (rows, total) = tokio::task::spawn_blocking(move || -> Result<(Vec<Value>, u64)> {
+            let Some(t) = store.tenant_id(&tenant) else {
+                return Ok((vec![], 0));
+            };
+            let snap = store.snapshot()?;
+            if agg.dims.is_empty() {
+                let mut records = Vec::new();
+                exec::for_each_match(&snap, t, &q.spec.labels, &q.spec.filter, None, &mut |r| {
+                    records.push(r);
+                    Ok(())
+                })?;
+                records.sort_by_key(|r| std::cmp::Reverse(r.id));
+                return Ok(query::aggregate::per_record(
+                    &agg,
+                    &records,
+                    render::flat_record,
+                ));
+            }
+            let fields = query::aggregate::fields(&agg);
+            let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+            let mut g = query::aggregate::Grouper::new(&agg);
+            exec::for_each_match(
+                &snap,
+                t,
+                &q.spec.labels,
+                &q.spec.filter,
+                Some(&fields),
+                &mut |r| {
+                    g.add(&r);
+                    Ok(())
+                },
+            )?;
+            Ok(g.finish())
+        })
+        .await
+        .map_err(|e| Error::internal(format!("aggregation task failed: {e}")))??;
+        Ok(Outcome::Rows { rows, total })
+    }
+
+    /// Streams every match of (labels, filter), decoded with only `fields`, to `visit` on
+    /// the blocking pool.
+    async fn stream_matches<T: Send + 'static>(
+        &self,
+        tenant: &Tenant,
+        labels: Vec<String>,
+        filter: Filter,
+        fields: Option<Vec<String>>,
+        init: T,
+        visit: impl Fn(&mut T, crate::model::Record) + Send + 'static,
+    ) -> Result<T> {
+        let (store, tenant) = (self.store.clone(), tenant.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut acc = init;
+            let Some(t) = store.tenant_id(&tenant) else {
+                return Ok(acc);
+            };
+            let names: Option<Vec<&str>> = fields
+                .as_ref()
+                .map(|f| f.iter().map(String::as_str).collect());
+            exec::for_each_match(
+                &store.snapshot()?,
+                t,
+                &labels,
+                &filter,
+                names.as_deref(),
+                &mut |r| {
+                    visit(&mut acc, r);
+                    Ok(())
+                },
+            )?;
+            Ok(acc)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("scan task failed: {e}")))?
     }
 
     /// Searches off the async worker threads: a scan can read millions of keys.
@@ -85,8 +171,16 @@ impl Engine {
                 "refusing to delete every record: give labels, a where filter, or both",
             ));
         }
-        let out = self.blocking_search(&tenant, q.spec).await?;
-        let ids: Vec<_> = out.records.iter().map(|r| r.id).collect();
+        let ids: Vec<uuid::Uuid> = self
+            .stream_matches(
+                &tenant,
+                q.spec.labels,
+                q.spec.filter,
+                Some(vec![]),
+                Vec::new(),
+                |ids, r| ids.push(r.id),
+            )
+            .await?;
         let mut affected = 0;
         for chunk in ids.chunks(DELETE_CHUNK) {
             for o in self
@@ -133,21 +227,18 @@ impl Engine {
         let mut labels = match self.matching(tenant, doc)? {
             None => rstore::label_counts(&self.store.snapshot()?, t)?,
             Some((labels, filter)) => {
-                let spec = SearchSpec {
-                    labels,
-                    filter,
-                    order: vec![OrderKey {
-                        field: None,
-                        desc: true,
-                    }],
-                    offset: 0,
-                    limit: None,
-                };
-                let out = self.blocking_search(tenant, spec).await?;
-                let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-                for r in &out.records {
-                    *counts.entry(r.label.clone()).or_default() += 1;
-                }
+                let counts: BTreeMap<String, u64> = self
+                    .stream_matches(
+                        tenant,
+                        labels,
+                        filter,
+                        Some(vec![]),
+                        BTreeMap::new(),
+                        |c: &mut BTreeMap<String, u64>, r| {
+                            *c.entry(r.label).or_default() += 1;
+                        },
+                    )
+                    .await?;
                 counts.into_iter().collect()
             }
         };
@@ -174,25 +265,23 @@ impl Engine {
             None => (scope, Filter::True),
             Some(m) => m,
         };
-        let spec = SearchSpec {
-            labels: filtered.0,
-            filter: filtered.1,
-            order: vec![OrderKey {
-                field: None,
-                desc: true,
-            }],
-            offset: 0,
-            limit: None,
-        };
-        let out = self.blocking_search(tenant, spec).await?;
-        let mut counts: BTreeMap<(String, PropType), (u64, bool)> = BTreeMap::new();
-        for r in &out.records {
-            for (k, v) in &r.props {
-                let e = counts.entry((k.clone(), v.ty)).or_default();
-                e.0 += 1;
-                e.1 |= v.array;
-            }
-        }
+        type Counts = BTreeMap<(String, PropType), (u64, bool)>;
+        let counts: Counts = self
+            .stream_matches(
+                tenant,
+                filtered.0,
+                filtered.1,
+                None,
+                Counts::new(),
+                |c: &mut Counts, r| {
+                    for (k, v) in r.props {
+                        let e = c.entry((k, v.ty)).or_default();
+                        e.0 += 1;
+                        e.1 |= v.array;
+                    }
+                },
+            )
+            .await?;
         let props = all
             .into_iter()
             .filter_map(|p| {
@@ -248,23 +337,21 @@ impl Engine {
             Filter::And(vec![filter, has])
         };
         let labels = q.labels.clone().unwrap_or_default();
-        let spec = SearchSpec {
-            labels,
-            filter,
-            order: vec![OrderKey {
-                field: None,
-                desc: true,
-            }],
-            offset: 0,
-            limit: None,
-        };
-        let out = self.blocking_search(tenant, spec).await?;
-        let mut values: Vec<crate::model::Scalar> = Vec::new();
-        for r in &out.records {
-            if let Some(v) = r.props.get(&name) {
-                values.extend(v.items.iter().cloned());
-            }
-        }
+        let field = name.clone();
+        let mut values: Vec<crate::model::Scalar> = self
+            .stream_matches(
+                tenant,
+                labels,
+                filter,
+                Some(vec![name.clone()]),
+                Vec::new(),
+                move |vals: &mut Vec<crate::model::Scalar>, mut r| {
+                    if let Some(v) = r.props.remove(&field) {
+                        vals.extend(v.items);
+                    }
+                },
+            )
+            .await?;
         let cmp = |a: &crate::model::Scalar, b: &crate::model::Scalar| {
             query::order::elem_cmp(ty, a, ty, b)
         };

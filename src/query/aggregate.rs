@@ -632,73 +632,117 @@ fn sort_rows(rows: &mut [Map<String, Value>], order: &[(String, bool)]) {
     });
 }
 
-/// Computes the rows over the matching records (in their search order); returns the page of
-/// rows and the total number of rows.
-pub fn run(
+/// The fields grouped aggregation reads: dimensions and aggregate inputs.
+pub fn fields(agg: &Aggregation) -> Vec<String> {
+    let mut f: Vec<String> = agg.defs.iter().filter_map(|d| d.field.clone()).collect();
+    f.extend(agg.dims.iter().filter_map(|(_, d)| match d {
+        Dim::Prop(p) => Some(p.clone()),
+        Dim::Bucket(_) => None,
+    }));
+    f.sort();
+    f.dedup();
+    f
+}
+
+fn page(agg: &Aggregation, mut rows: Vec<Map<String, Value>>) -> (Vec<Value>, u64) {
+    sort_rows(&mut rows, &agg.order);
+    let total = rows.len() as u64;
+    let page = rows
+        .into_iter()
+        .skip(agg.offset)
+        .take(agg.limit)
+        .map(Value::Object)
+        .collect();
+    (page, total)
+}
+
+/// Rows without grouping: one per record (the record plus the keys computed over it), in
+/// the records' order, then ordered, skipped and limited as `agg` says.
+pub fn per_record(
     agg: &Aggregation,
     records: &[Record],
     record_json: impl Fn(&Record) -> Value,
 ) -> (Vec<Value>, u64) {
-    let mut rows: Vec<Map<String, Value>> = Vec::new();
-    if agg.dims.is_empty() {
-        for r in records {
-            let Value::Object(mut row) = record_json(r) else {
-                continue;
-            };
-            for d in &agg.defs {
-                let v = match d.func {
-                    AggFn::TimeBucket { .. } => bucket_value(d, r, agg.select_form)
-                        .into_iter()
-                        .next()
-                        .unwrap_or(Value::Null),
-                    _ => {
-                        let mut acc = Acc::default();
-                        acc.add(d, r);
-                        acc.value(d)
-                    }
-                };
-                row.insert(d.name.clone(), v);
-            }
-            rows.push(row);
-        }
-    } else {
-        // Group key: the JSON text of each dimension value, in dimension order.
-        let mut groups: BTreeMap<Vec<String>, (Vec<Value>, Vec<Acc>)> = BTreeMap::new();
-        for r in records {
-            let mut keys: Vec<Vec<Value>> = vec![vec![]];
-            for (_, dim) in &agg.dims {
-                let vals: Vec<Value> = match dim {
-                    Dim::Prop(p) => match r.props.get(p) {
-                        Some(v) if v.array && !v.items.is_empty() => {
-                            v.items.iter().map(Scalar::to_json).collect()
-                        }
-                        Some(v) if !v.array => vec![v.to_json()],
-                        _ => vec![Value::Null],
-                    },
-                    Dim::Bucket(i) => bucket_value(&agg.defs[*i], r, agg.select_form),
-                };
-                keys = keys
+    let mut rows = Vec::with_capacity(records.len());
+    for r in records {
+        let Value::Object(mut row) = record_json(r) else {
+            continue;
+        };
+        for d in &agg.defs {
+            let v = match d.func {
+                AggFn::TimeBucket { .. } => bucket_value(d, r, agg.select_form)
                     .into_iter()
-                    .flat_map(|k| {
-                        vals.iter().map(move |v| {
-                            let mut k = k.clone();
-                            k.push(v.clone());
-                            k
-                        })
-                    })
-                    .collect();
-            }
-            for k in keys {
-                let text: Vec<String> = k.iter().map(Value::to_string).collect();
-                let entry = groups
-                    .entry(text)
-                    .or_insert_with(|| (k.clone(), vec![Acc::default(); agg.defs.len()]));
-                for (acc, d) in entry.1.iter_mut().zip(&agg.defs) {
+                    .next()
+                    .unwrap_or(Value::Null),
+                _ => {
+                    let mut acc = Acc::default();
                     acc.add(d, r);
+                    acc.value(d)
                 }
+            };
+            row.insert(d.name.clone(), v);
+        }
+        rows.push(row);
+    }
+    page(agg, rows)
+}
+
+/// Grouped aggregation, fed one record at a time (records are not kept).
+pub struct Grouper<'a> {
+    agg: &'a Aggregation,
+    /// Group key: the JSON text of each dimension value, in dimension order.
+    groups: BTreeMap<Vec<String>, (Vec<Value>, Vec<Acc>)>,
+}
+
+impl<'a> Grouper<'a> {
+    pub fn new(agg: &'a Aggregation) -> Self {
+        Grouper {
+            agg,
+            groups: BTreeMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, r: &Record) {
+        let agg = self.agg;
+        let mut keys: Vec<Vec<Value>> = vec![vec![]];
+        for (_, dim) in &agg.dims {
+            let vals: Vec<Value> = match dim {
+                Dim::Prop(p) => match r.props.get(p) {
+                    Some(v) if v.array && !v.items.is_empty() => {
+                        v.items.iter().map(Scalar::to_json).collect()
+                    }
+                    Some(v) if !v.array => vec![v.to_json()],
+                    _ => vec![Value::Null],
+                },
+                Dim::Bucket(i) => bucket_value(&agg.defs[*i], r, agg.select_form),
+            };
+            keys = keys
+                .into_iter()
+                .flat_map(|k| {
+                    vals.iter().map(move |v| {
+                        let mut k = k.clone();
+                        k.push(v.clone());
+                        k
+                    })
+                })
+                .collect();
+        }
+        for k in keys {
+            let text: Vec<String> = k.iter().map(Value::to_string).collect();
+            let entry = self
+                .groups
+                .entry(text)
+                .or_insert_with(|| (k, vec![Acc::default(); agg.defs.len()]));
+            for (acc, d) in entry.1.iter_mut().zip(&agg.defs) {
+                acc.add(d, r);
             }
         }
-        for (_, (dims, accs)) in groups {
+    }
+
+    pub fn finish(self) -> (Vec<Value>, u64) {
+        let agg = self.agg;
+        let mut rows = Vec::with_capacity(self.groups.len());
+        for (_, (dims, accs)) in self.groups {
             let mut row = Map::new();
             for ((name, _), v) in agg.dims.iter().zip(dims) {
                 row.insert(name.clone(), v);
@@ -715,16 +759,8 @@ pub fn run(
                 agg.dims.iter().map(|(n, _)| (n.clone(), false)).collect();
             sort_rows(&mut rows, &dims);
         }
+        page(agg, rows)
     }
-    sort_rows(&mut rows, &agg.order);
-    let total = rows.len() as u64;
-    let page = rows
-        .into_iter()
-        .skip(agg.offset)
-        .take(agg.limit)
-        .map(Value::Object)
-        .collect();
-    (page, total)
 }
 
 #[cfg(test)]

@@ -596,66 +596,19 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
 
     // Residual evaluation over the candidates.
     let fields = wanted_fields(&spec.filter, &spec.order);
-    let in_scope = |r: &Record| spec.labels.is_empty() || spec.labels.contains(&r.label);
-    let mut total = 0u64;
-    let mut examined = 0u64;
     let mut top = TopK::new(&spec.order, want.unwrap_or(usize::MAX));
-    let mut visit = |r: Record| {
-        examined += 1;
-        if in_scope(&r) && spec.filter.eval(&r) {
-            total += 1;
+    let (examined, total) = visit_candidates(
+        kv,
+        tenant,
+        &spec.labels,
+        &spec.filter,
+        &access,
+        Some(&fields),
+        &mut |r| {
             top.push(r);
-        }
-    };
-    match &access {
-        Access::All => {
-            kv.scan_prefix(&Key::tenant(tenant, keys::RECORD).0, false, &mut |k, v| {
-                visit(codec::decode_record_fields(
-                    id_from_key(k)?,
-                    v,
-                    Some(&fields),
-                )?);
-                Ok(true)
-            })?;
-        }
-        Access::Labels(ls) => {
-            let mut seen = HashSet::new();
-            for l in ls.iter().filter(|l| seen.insert(*l)) {
-                kv.scan_prefix(
-                    &Key::tenant(tenant, keys::LABEL_INDEX).str(l).0,
-                    false,
-                    &mut |k, _| {
-                        let id = id_from_key(k)?;
-                        if let Some(v) = kv.get(&rec_key(&id))? {
-                            visit(codec::decode_record_fields(id, &v, Some(&fields))?);
-                        }
-                        Ok(true)
-                    },
-                )?;
-            }
-        }
-        Access::Ids(ids) => {
-            for id in ids {
-                if let Some(v) = kv.get(&rec_key(id))? {
-                    visit(codec::decode_record_fields(*id, &v, Some(&fields))?);
-                }
-            }
-        }
-        Access::Index(ia) => {
-            let mut seen = HashSet::new();
-            for (s, e) in &ia.ranges {
-                kv.scan(s, e, false, &mut |k, _| {
-                    let id = id_from_key(k)?;
-                    if !ia.arrays || seen.insert(id) {
-                        if let Some(v) = kv.get(&rec_key(&id))? {
-                            visit(codec::decode_record_fields(id, &v, Some(&fields))?);
-                        }
-                    }
-                    Ok(true)
-                })?;
-            }
-        }
-    }
+            Ok(())
+        },
+    )?;
     explain.examined_rows = examined;
     explain.matched_rows = total;
     let page: Vec<Uuid> = top
@@ -668,6 +621,117 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
         records: fetch_full(&page)?,
         total,
         explain,
+    })
+}
+
+/// Reads every candidate of an access path (decoding only `fields` and the label), keeps the
+/// ones in the label scope that satisfy the filter, and hands them to `visit`. Returns
+/// (candidates examined, matches).
+fn visit_candidates<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    labels: &[String],
+    filter: &Filter,
+    access: &Access,
+    fields: Option<&[&str]>,
+    visit: &mut dyn FnMut(Record) -> Result<()>,
+) -> Result<(u64, u64)> {
+    let rec_key = |id: &Uuid| rstore::record_key(tenant, id);
+    let (mut examined, mut total) = (0u64, 0u64);
+    let mut check = |r: Record| -> Result<()> {
+        examined += 1;
+        if (labels.is_empty() || labels.contains(&r.label)) && filter.eval(&r) {
+            total += 1;
+            visit(r)?;
+        }
+        Ok(())
+    };
+    match access {
+        Access::All => {
+            kv.scan_prefix(&Key::tenant(tenant, keys::RECORD).0, false, &mut |k, v| {
+                check(codec::decode_record_fields(id_from_key(k)?, v, fields)?)?;
+                Ok(true)
+            })?;
+        }
+        Access::Labels(ls) => {
+            let mut seen = HashSet::new();
+            for l in ls.iter().filter(|l| seen.insert(*l)) {
+                kv.scan_prefix(
+                    &Key::tenant(tenant, keys::LABEL_INDEX).str(l).0,
+                    false,
+                    &mut |k, _| {
+                        let id = id_from_key(k)?;
+                        if let Some(v) = kv.get(&rec_key(&id))? {
+                            check(codec::decode_record_fields(id, &v, fields)?)?;
+                        }
+                        Ok(true)
+                    },
+                )?;
+            }
+        }
+        Access::Ids(ids) => {
+            for id in ids {
+                if let Some(v) = kv.get(&rec_key(id))? {
+                    check(codec::decode_record_fields(*id, &v, fields)?)?;
+                }
+            }
+        }
+        Access::Index(ia) => {
+            let mut seen = HashSet::new();
+            for (s, e) in &ia.ranges {
+                kv.scan(s, e, false, &mut |k, _| {
+                    let id = id_from_key(k)?;
+                    if !ia.arrays || seen.insert(id) {
+                        if let Some(v) = kv.get(&rec_key(&id))? {
+                            check(codec::decode_record_fields(id, &v, fields)?)?;
+                        }
+                    }
+                    Ok(true)
+                })?;
+            }
+        }
+    }
+    Ok((examined, total))
+}
+
+/// Streams every record in `labels` (all labels when empty) matching `filter`, decoded with
+/// only `fields` (None: all) and the label, in no particular order. For aggregation, bulk
+/// delete and counting: nothing is sorted or held.
+pub fn for_each_match<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    labels: &[String],
+    filter: &Filter,
+    fields: Option<&[&str]>,
+    visit: &mut dyn FnMut(Record) -> Result<()>,
+) -> Result<Explain> {
+    let planner = Planner { kv, tenant, labels };
+    let mut conj = Vec::new();
+    flatten(filter, &mut conj);
+    let (access, estimated, _) = planner.plan(&conj)?;
+    // The filter is evaluated on the decoded record: decode its fields as well.
+    let with_filter: Option<Vec<&str>> = fields.map(|f| {
+        let mut all: Vec<&str> = f.to_vec();
+        filter.fields(&mut all);
+        all.sort_unstable();
+        all.dedup();
+        all
+    });
+    let (examined, matched) = visit_candidates(
+        kv,
+        tenant,
+        labels,
+        filter,
+        &access,
+        with_filter.as_deref(),
+        visit,
+    )?;
+    Ok(Explain {
+        access: String::new(),
+        estimated_rows: estimated,
+        examined_rows: examined,
+        matched_rows: matched,
+        ..Default::default()
     })
 }
 

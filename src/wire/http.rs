@@ -154,8 +154,10 @@ fn check_depth(body: &[u8], max: usize) -> Result<()> {
     Ok(())
 }
 
-/// Reads the body within the size cap and parses it as JSON (an empty body is `{}`).
-async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
+/// Reads the whole body within the size cap (413 above it, checked on `Content-Length`
+/// before reading and while reading). Every request's body is read before routing, so a
+/// response that refuses the request early still leaves the connection reusable.
+async fn read_body(headers: &HeaderMap, body: Incoming, limits: &Limits) -> Result<Bytes> {
     let too_large = || {
         Error::new(
             ErrorCode::PayloadTooLarge,
@@ -165,8 +167,7 @@ async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
             ),
         )
     };
-    if let Some(len) = req
-        .headers()
+    if let Some(len) = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
     {
@@ -174,7 +175,7 @@ async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
             return Err(too_large());
         }
     }
-    let body = Limited::new(req.into_body(), limits.max_body_bytes as usize)
+    Ok(Limited::new(body, limits.max_body_bytes as usize)
         .collect()
         .await
         .map_err(|e| {
@@ -186,12 +187,16 @@ async fn read_json(req: Request<Incoming>, limits: &Limits) -> Result<Value> {
                 Error::invalid(format!("could not read the request body: {e}"))
             }
         })?
-        .to_bytes();
+        .to_bytes())
+}
+
+/// Parses a body as a JSON object (an empty body is `{}`), after the depth check.
+fn parse_json(body: &Bytes, limits: &Limits) -> Result<Value> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
-    check_depth(&body, limits.max_json_depth)?;
-    match serde_json::from_slice(&body) {
+    check_depth(body, limits.max_json_depth)?;
+    match serde_json::from_slice(body) {
         Ok(v @ Value::Object(_)) => Ok(v),
         Ok(_) => Err(Error::invalid("body must be a JSON object")),
         Err(e) => Err(Error::invalid(format!("malformed JSON body: {e}"))),
@@ -206,7 +211,15 @@ pub async fn handle(
     let start = Instant::now();
     let method = method_name(req.method());
     let timeout = Duration::from_millis(state.limits.request_timeout_ms);
-    let (route, resp) = match tokio::time::timeout(timeout, route(&state, req)).await {
+    let work = async {
+        let (parts, body) = req.into_parts();
+        match read_body(&parts.headers, body, &state.limits).await {
+            Ok(bytes) => route(&state, Request::from_parts(parts, bytes)).await,
+            Err(e) if parts.uri.path().starts_with("/protocol/") => ("body", protocol_error(&e)),
+            Err(e) => ("body", rest_error(&e)),
+        }
+    };
+    let (route, resp) = match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
         Err(_) => (
             "timeout",
@@ -245,7 +258,7 @@ fn method_name(m: &Method) -> &'static str {
 }
 
 /// Dispatches on path; returns the route template (for metrics) and the response.
-async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, HttpResponse) {
+async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, HttpResponse) {
     let path = req.uri().path().trim_end_matches('/').to_string();
     let path = if path.is_empty() {
         "/".to_string()
@@ -309,12 +322,12 @@ async fn metrics(state: &HttpState, headers: &HeaderMap) -> HttpResponse {
     }
 }
 
-async fn execute_protocol(state: &HttpState, req: Request<Incoming>) -> HttpResponse {
+async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpResponse {
     let meta = RequestMeta::from_headers(req.headers());
     let result = async {
         // The credential is checked before the body is read or parsed.
         state.engine.authenticate(meta.credential.as_deref())?;
-        let body = read_json(req, &state.limits).await?;
+        let body = parse_json(req.body(), &state.limits)?;
         if let Some(v) = body.get("protocolVersion") {
             if v.as_i64() != Some(PROTOCOL_VERSION) {
                 return Err(Error::invalid(format!(

@@ -1,10 +1,11 @@
 //! REST routes under `/api/v1`. Each route is a translation into one Protocol v1
 //! [`Operation`] plus a rendering of its outcome in the REST envelope (BEHAVIOUR.md §1, §4).
 
-use super::{json_response, read_json, rest_error, HttpResponse, HttpState, RequestMeta};
+use super::{json_response, parse_json, rest_error, HttpResponse, HttpState, RequestMeta};
 use crate::engine::{Outcome, Transport};
 use crate::error::{Error, Result};
 use crate::model::infer::PropertyInput;
+use bytes::Bytes;
 
 use crate::protocol::{
     self, DeletePropertyOp, DeleteRecordOp, DescribeOp, DescribeQuery, DocQuery, IdRef,
@@ -12,7 +13,6 @@ use crate::protocol::{
     QueryDocument, QueryOp, RecordQuery, WriteOptions,
 };
 use crate::store::records::PropertyInfo;
-use hyper::body::Incoming;
 use hyper::{Method, Request};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -147,7 +147,7 @@ fn edit_op(id: &str, mode: PutMode, body: Value) -> Result<Operation> {
 }
 
 /// Routes `/api/v1/...`; returns the route template and the response.
-pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, HttpResponse) {
+pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, HttpResponse) {
     let meta = RequestMeta::from_headers(req.headers());
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
@@ -228,7 +228,8 @@ pub async fn route(state: &HttpState, req: Request<Incoming>) -> (&'static str, 
         (&Method::POST, ["properties", id, "values"]) => ("/api/v1/properties/{id}/values", {
             let id = id.to_string();
             async {
-                let b: ValuesBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+                let b: ValuesBody =
+                    protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
                 let q = PropertyValuesQuery {
                     query: b.query,
                     order: b.order_by,
@@ -330,9 +331,9 @@ async fn run(state: &HttpState, meta: &RequestMeta, op: Operation) -> Result<Out
 async fn create(
     state: &HttpState,
     meta: &RequestMeta,
-    req: Request<Incoming>,
+    req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: CreateBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let b: CreateBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
     let return_result = b
         .options
         .as_ref()
@@ -360,11 +361,11 @@ async fn create(
 async fn edit(
     state: &HttpState,
     meta: &RequestMeta,
-    req: Request<Incoming>,
+    req: Request<Bytes>,
     id: &str,
     mode: PutMode,
 ) -> Result<HttpResponse> {
-    let op = edit_op(id, mode, read_json(req, &state.limits).await?)?;
+    let op = edit_op(id, mode, parse_json(req.body(), &state.limits)?)?;
     match run(state, meta, op).await? {
         Outcome::Record(r) => Ok(ok(201, record_json(&r))),
         other => Ok(unexpected(other)),
@@ -374,9 +375,9 @@ async fn edit(
 async fn search(
     state: &HttpState,
     meta: &RequestMeta,
-    req: Request<Incoming>,
+    req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
     let op = Operation::Query(QueryOp::Records(DocQuery {
         query: b.document(),
     }));
@@ -394,9 +395,9 @@ async fn search(
 async fn delete_many(
     state: &HttpState,
     meta: &RequestMeta,
-    req: Request<Incoming>,
+    req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
     let op = Operation::Mutate(Mutation::DeleteRecords(DocQuery {
         query: b.document(),
     }));
@@ -412,9 +413,9 @@ async fn delete_many(
 async fn labels(
     state: &HttpState,
     meta: &RequestMeta,
-    req: Request<Incoming>,
+    req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
     let op = Operation::Describe(DescribeOp::Labels(DescribeQuery {
         query: Some(b.document()),
     }));
@@ -430,9 +431,9 @@ async fn labels(
 async fn properties(
     state: &HttpState,
     meta: &RequestMeta,
-    req: Request<Incoming>,
+    req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(read_json(req, &state.limits).await?, "body")?;
+    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
     let op = Operation::Describe(DescribeOp::Properties(DescribeQuery {
         query: Some(b.document()),
     }));

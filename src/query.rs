@@ -107,14 +107,26 @@ pub fn lower(doc: &QueryDocument, paged: bool) -> Result<Query> {
         // SPEC.md: groupBy has an effect only with at least one aggregation.
         aggregate::check_group_by(&group_by)?;
     }
-    let order = if aggregation.is_some() {
-        // Rows are ordered after aggregation; the scan order does not matter.
-        vec![order::OrderKey {
+    let mut aggregation = aggregation;
+    let order = match &mut aggregation {
+        // Rows without grouping are records: unless the order names a computed output, they
+        // follow the record ordering rules, applied by the search itself.
+        Some(agg)
+            if agg.dims.is_empty()
+                && !agg
+                    .order
+                    .iter()
+                    .any(|(k, _)| agg.defs.iter().any(|d| d.name == *k)) =>
+        {
+            agg.order.clear();
+            order::parse(doc.order.as_ref(), "orderBy")?
+        }
+        // Grouped rows (or rows ordered by a computed output) are ordered after aggregation.
+        Some(_) => vec![order::OrderKey {
             field: None,
             desc: true,
-        }]
-    } else {
-        order::parse(doc.order.as_ref(), "orderBy")?
+        }],
+        None => order::parse(doc.order.as_ref(), "orderBy")?,
     };
     Ok(Query {
         spec: exec::SearchSpec {

@@ -531,7 +531,9 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
     if covered {
         if let Access::Index(ia) = &access {
             let order_on_field = matches!(spec.order.as_slice(), [OrderKey { field: Some(f), .. }] if *f == ia.field);
-            if order_on_field && ia.single_run && want.is_some() {
+            // On arrays the sort element (smallest or largest of all elements) may lie outside
+            // the matched range, so index order is the result order only without arrays.
+            if order_on_field && ia.single_run && !ia.arrays && want.is_some() {
                 let desc = spec.order[0].desc;
                 return index_ordered(
                     kv,

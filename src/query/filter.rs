@@ -128,6 +128,14 @@ pub fn instant_of(s: &Scalar) -> Option<Instant> {
     }
 }
 
+/// An operator object has only `$operator` keys. Anything else (a plain key, or the
+/// traversal markers `$alias` / `$relation`) makes the object a related-label block.
+fn is_operator_object(m: &Map<String, Value>) -> bool {
+    !m.is_empty()
+        && m.keys()
+            .all(|k| k.starts_with('$') && k != "$alias" && k != "$relation")
+}
+
 fn is_component_object(m: &Map<String, Value>) -> bool {
     !m.is_empty() && m.keys().all(|k| COMPONENTS.contains(&k.as_str()))
 }
@@ -249,7 +257,7 @@ impl Parser {
             Value::Object(m) if is_component_object(m) => {
                 Ok(f(FieldPred::Eq(self.operand(v, path)?)))
             }
-            Value::Object(m) if m.keys().any(|k| k.starts_with('$')) => {
+            Value::Object(m) if is_operator_object(m) => {
                 let mut parts = Vec::with_capacity(m.len());
                 for (op, arg) in m {
                     let p = format!("{path}.{op}");

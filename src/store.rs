@@ -2,13 +2,17 @@
 //!
 //! Writes: one writer thread owns redb's write transaction. It drains queued batches, applies
 //! each on its own overlay (validation and mutation see the latest state, and a failing batch
-//! contributes nothing), commits the group once with fsync, then acknowledges every caller.
-//! Acknowledged therefore means durable. Reads: MVCC snapshots, never blocked by the writer.
+//! contributes nothing), appends the group's writes to the redo log with one fdatasync, makes
+//! them visible with a redb commit that does not fsync, then acknowledges every caller.
+//! Acknowledged therefore means durable (in the log, replayed at startup if redb lost it).
+//! Checkpoints make redb durable and empty the log. Reads: MVCC snapshots, never blocked by
+//! the writer.
 
 pub mod codec;
 pub mod keys;
 pub mod kv;
 pub mod records;
+pub mod wal;
 
 use crate::error::{Error, Result};
 use keys::Key;
@@ -25,6 +29,12 @@ pub const STORAGE_FORMAT_VERSION: u64 = 1;
 
 /// Upper bound on batches committed together in one redb transaction.
 const MAX_GROUP: usize = 512;
+/// Checkpoint when the redo log grows past this many bytes...
+const CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
+/// ...or when its oldest write is this old...
+const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// ...or when no write arrived for this long.
+const CHECKPOINT_IDLE: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TenancyMode {
@@ -92,8 +102,10 @@ impl Store {
         let db = redb::Database::builder()
             .create(&path)
             .map_err(|e| startup(format!("cannot open store {}: {e}", path.display())))?;
-        let txn = db.begin_write()?;
-        let (last_seq, tenants) = {
+        let (mut wal, frames) = wal::Wal::open(dir)?;
+        let mut txn = db.begin_write()?;
+        txn.set_quick_repair(true);
+        let (last_seq, tenants, replayed) = {
             let mut t = txn.open_table(KV)?;
             let fmt = Key::system(keys::SYS_FORMAT).0;
             match KvRead::get(&t, &fmt)?.map(|v| codec::decode_u64(&v)) {
@@ -126,6 +138,21 @@ impl Store {
                         )));
                     }
                 }
+            }
+            // Redo what the log holds beyond the store's durable commit sequence.
+            let durable = KvRead::get(&t, Key::system(keys::SYS_COMMIT_SEQ).bytes())?
+                .map(|v| codec::decode_u64(&v))
+                .transpose()?
+                .unwrap_or(0);
+            let mut replayed = 0;
+            for f in frames.iter().filter(|f| f.seq > durable) {
+                for (k, v) in &f.writes {
+                    match v {
+                        Some(v) => t.insert(k.as_slice(), v.as_slice())?,
+                        None => t.remove(k.as_slice())?,
+                    };
+                }
+                replayed += 1;
             }
             let stored = match KvRead::get(&t, Key::system(keys::SYS_MODE).bytes())? {
                 Some(v) => codec::decode_u64(&v)?,
@@ -162,9 +189,17 @@ impl Store {
                     Ok(true)
                 },
             )?;
-            (last_seq, tenants)
+            (last_seq, tenants, replayed)
         };
         txn.commit()?;
+        if !wal.is_empty() {
+            wal.reset()?;
+        }
+        if replayed > 0 {
+            crate::log::info(&format!(
+                "replayed {replayed} commit group(s) from the redo log"
+            ));
+        }
         let db = Arc::new(db);
         let tenants: TenantCache = Arc::new(RwLock::new(tenants));
         let (tx, rx) = mpsc::channel(4096);
@@ -172,7 +207,7 @@ impl Store {
             let (db, tenants) = (db.clone(), tenants.clone());
             std::thread::Builder::new()
                 .name("engine-writer".into())
-                .spawn(move || writer_loop(db, tenants, rx, last_seq))
+                .spawn(move || writer_loop(db, tenants, rx, last_seq, wal))
                 .map_err(|e| startup(format!("cannot start writer thread: {e}")))?
         };
         Ok(Store {
@@ -284,13 +319,53 @@ fn resolve_tenant_for_write<R: KvRead>(
     Ok((id, true))
 }
 
+/// Makes everything committed so far durable in redb, then empties the redo log.
+fn checkpoint(db: &redb::Database, wal: &mut wal::Wal) -> Result<()> {
+    let mut txn = db.begin_write()?;
+    txn.set_quick_repair(true);
+    txn.set_durability(redb::Durability::Immediate)
+        .map_err(|e| Error::internal(format!("set durability: {e}")))?;
+    txn.commit()?;
+    wal.reset()
+}
+
 fn writer_loop(
     db: Arc<redb::Database>,
     tenants: TenantCache,
     mut rx: mpsc::Receiver<WriteRequest>,
     mut last_seq: u64,
+    mut wal: wal::Wal,
 ) {
-    while let Some(first) = rx.blocking_recv() {
+    // A small runtime of its own, only to wait on the queue with a timeout.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            crate::log::error(&format!("writer cannot start: {e}"));
+            return;
+        }
+    };
+    let mut oldest_unsynced: Option<std::time::Instant> = None;
+    // After a failure between the log and redb, the in-memory state is not trusted any more:
+    // refuse writes until a restart replays the log.
+    let mut failed = false;
+    loop {
+        let first =
+            match rt.block_on(async { tokio::time::timeout(CHECKPOINT_IDLE, rx.recv()).await }) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(_) => {
+                    if !wal.is_empty() && !failed {
+                        if let Err(e) = checkpoint(&db, &mut wal) {
+                            crate::log::error(&format!("checkpoint failed: {e}"));
+                        }
+                        oldest_unsynced = None;
+                    }
+                    continue;
+                }
+            };
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -298,12 +373,23 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
+        if failed {
+            for req in group {
+                let _ = req.reply.send(Err(Error::internal(
+                    "the store refused writes after a failure; restart the server",
+                )));
+            }
+            continue;
+        }
         let group_start = last_seq;
         let mut results = Vec::with_capacity(group.len());
         let mut new_tenants = Vec::new();
+        let mut logged = false;
         let committed = (|| -> Result<()> {
             let mut txn = db.begin_write()?;
-            txn.set_quick_repair(true);
+            txn.set_durability(redb::Durability::None)
+                .map_err(|e| Error::internal(format!("set durability: {e}")))?;
+            let mut frame: Vec<wal::KvWrite> = Vec::new();
             {
                 let mut table = txn.open_table(KV)?;
                 for req in &group {
@@ -316,10 +402,11 @@ fn writer_loop(
                     match applied {
                         Ok((out, created, writes)) => {
                             for (k, v) in writes {
-                                match v {
+                                match &v {
                                     Some(v) => table.insert(k.as_slice(), v.as_slice())?,
                                     None => table.remove(k.as_slice())?,
                                 };
+                                frame.push((k, v));
                             }
                             if let Some(t) = created {
                                 new_tenants.push(t);
@@ -330,11 +417,17 @@ fn writer_loop(
                         Err(e) => results.push(Err(e)),
                     }
                 }
-                table.insert(
-                    Key::system(keys::SYS_COMMIT_SEQ).bytes(),
-                    codec::encode_u64(last_seq).as_slice(),
-                )?;
+                if frame.is_empty() {
+                    return Ok(());
+                }
+                let seq_key = Key::system(keys::SYS_COMMIT_SEQ).0;
+                let seq_value = codec::encode_u64(last_seq);
+                table.insert(seq_key.as_slice(), seq_value.as_slice())?;
+                frame.push((seq_key, Some(seq_value)));
             }
+            // Durable first, visible second: nobody may read what a crash could lose.
+            wal.append(last_seq, &frame)?;
+            logged = true;
             txn.commit()?;
             Ok(())
         })();
@@ -348,11 +441,29 @@ fn writer_loop(
                 }
             }
             Err(e) => {
+                if logged {
+                    crate::log::error("a commit group is in the redo log but redb did not commit it; refusing writes until restart");
+                    failed = true;
+                }
                 last_seq = group_start;
                 for req in group {
                     let _ = req.reply.send(Err(e.clone()));
                 }
+                continue;
             }
+        }
+        let since = *oldest_unsynced.get_or_insert_with(std::time::Instant::now);
+        if wal.len() >= CHECKPOINT_BYTES || since.elapsed() >= CHECKPOINT_INTERVAL {
+            if let Err(e) = checkpoint(&db, &mut wal) {
+                crate::log::error(&format!("checkpoint failed: {e}"));
+            }
+            oldest_unsynced = None;
+        }
+    }
+    // Shutdown: leave redb durable and the log empty.
+    if !wal.is_empty() && !failed {
+        if let Err(e) = checkpoint(&db, &mut wal) {
+            crate::log::error(&format!("final checkpoint failed: {e}"));
         }
     }
 }

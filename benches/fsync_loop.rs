@@ -20,7 +20,11 @@ fn main() {
         match a.as_str() {
             "--dir" => dir = Some(PathBuf::from(args.next().expect("--dir needs a value"))),
             "--seconds" => {
-                seconds = args.next().expect("--seconds needs a value").parse().expect("--seconds: a number")
+                seconds = args
+                    .next()
+                    .expect("--seconds needs a value")
+                    .parse()
+                    .expect("--seconds: a number")
             }
             "--bench" => {}
             "-h" | "--help" => {
@@ -36,7 +40,12 @@ fn main() {
     let dir = dir.unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&dir).expect("create --dir");
     let path = dir.join(format!("fsync_loop.{}.dat", std::process::id()));
-    let mut f = OpenOptions::new().create(true).truncate(true).write(true).open(&path).expect("open file");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)
+        .expect("open file");
     // Make the file itself durable first so the loop measures data syncs, not the create.
     f.sync_all().expect("sync_all");
     if let Ok(d) = std::fs::File::open(&dir) {

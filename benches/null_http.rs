@@ -2,7 +2,7 @@
 //! (tokio multi-thread runtime, hyper 1 http1 keep-alive, TCP_NODELAY). Every request gets
 //! `200 {"success":true}` with `content-type: application/json`; request bodies are drained.
 //!
-//!   null_http --addr 127.0.0.1:PORT
+//!   null_http --addr 127.0.0.1:PORT      (127.0.0.1:0 picks a free port)
 //!
 //! Prints `listening http ADDR` on stdout once bound; SIGTERM/SIGINT stop it (default action).
 
@@ -22,16 +22,17 @@ async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Byt
     // Read the body like a real handler would (POST benchmarks send one).
     let _ = req.into_body().collect().await;
     let mut r = Response::new(Full::new(Bytes::from_static(BODY)));
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(r)
 }
 
 fn main() {
-    let mut addr = String::from("127.0.0.1:0");
+    let mut addr: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--addr" => addr = args.next().expect("--addr needs a value"),
+            "--addr" => addr = Some(args.next().expect("--addr needs a value")),
             // `cargo bench` passes --bench; ignore it and any other libtest-style flags.
             "--bench" => {}
             "-h" | "--help" => {
@@ -44,12 +45,23 @@ fn main() {
             }
         }
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    // `cargo bench` runs every bench target with just `--bench`: a server that never returns
+    // would hang it, so without --addr there is nothing to do.
+    let Some(addr) = addr else {
+        println!("null_http: reference server for benches/run-w8-w2.sh; start it with --addr 127.0.0.1:PORT");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&addr).await.unwrap_or_else(|e| {
-            eprintln!("null_http: cannot listen on {addr}: {e}");
-            std::process::exit(1);
-        });
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .unwrap_or_else(|e| {
+                eprintln!("null_http: cannot listen on {addr}: {e}");
+                std::process::exit(1);
+            });
         let bound = listener.local_addr().expect("local_addr");
         {
             let mut out = std::io::stdout().lock();

@@ -1,0 +1,19 @@
+-- W2: read one record by id (GET /api/v1/records/{id}), ids drawn uniformly at random from
+-- the file BENCH_IDS (one id a line). Env: BENCH_TOKEN, BENCH_IDS, BENCH_LUA_DIR.
+dofile((os.getenv("BENCH_LUA_DIR") or ".") .. "/report.lua")
+local ids = {}
+local headers = { ["Authorization"] = "Bearer " .. (os.getenv("BENCH_TOKEN") or "dev-token") }
+
+function init(args)
+  for line in io.lines(os.getenv("BENCH_IDS")) do
+    if #line > 0 then ids[#ids + 1] = line end
+  end
+  assert(#ids > 0, "no ids in " .. tostring(os.getenv("BENCH_IDS")))
+  math.randomseed(os.time() + tonumber(tostring(ids):match("0x(%x+)") or "0", 16) % 100000)
+end
+
+function request()
+  return wrk.format("GET", "/api/v1/records/" .. ids[math.random(#ids)], headers)
+end
+
+function done(summary, latency, requests) wrk_report(summary, latency, requests) end

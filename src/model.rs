@@ -98,6 +98,29 @@ impl PropValue {
     }
 }
 
+impl serde::Serialize for Scalar {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Scalar::Str(x) => s.serialize_str(x),
+            Scalar::Int(i) => s.serialize_i64(*i),
+            // Invariant: floats are finite; serde_json writes non-finite floats as null.
+            Scalar::Float(f) => s.serialize_f64(*f),
+            Scalar::Bool(b) => s.serialize_bool(*b),
+        }
+    }
+}
+
+/// A value serializes as its scalar, or as an array of scalars when written as an array.
+impl serde::Serialize for PropValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match (self.array, self.items.first()) {
+            (true, _) => self.items.serialize(s),
+            (false, Some(x)) => x.serialize(s),
+            (false, None) => s.serialize_none(),
+        }
+    }
+}
+
 /// A stored record. `row` is the per-tenant row number (Bolt integer ids); `version` is the
 /// commit sequence number of the record's last write.
 #[derive(Debug, Clone, PartialEq)]

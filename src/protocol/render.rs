@@ -5,35 +5,85 @@ use crate::engine::Outcome;
 use crate::error::Error;
 use crate::model::Record;
 use crate::store::records::PropertyInfo;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-/// Protocol record shape: `{id, label, properties, propertyTypes}`.
-pub fn record(r: &Record) -> Value {
-    let mut props = Map::new();
-    let mut types = Map::new();
-    for (k, v) in &r.props {
-        props.insert(k.clone(), v.to_json());
-        types.insert(k.clone(), Value::String(v.ty.name().into()));
+/// Serializes a record in the Protocol v1 shape `{id, label, properties, propertyTypes}`,
+/// straight to the output (no intermediate JSON tree).
+pub struct Proto<'a>(pub &'a Record);
+
+/// Serializes a record as flat REST JSON: SPEC.md keys plus the system keys SDKs read. A user
+/// property named `id` or `label` is shown under that key; the identity stays under
+/// `__id`/`__label`.
+pub struct Flat<'a>(pub &'a Record);
+
+/// `{name: type}` of a record's properties.
+struct Types<'a>(&'a Record);
+
+impl Serialize for Types<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.props.len()))?;
+        for (k, v) in &self.0.props {
+            m.serialize_entry(k, v.ty.name())?;
+        }
+        m.end()
     }
-    json!({"id": r.id.to_string(), "label": r.label, "properties": props, "propertyTypes": types})
 }
 
-/// The flat record JSON of REST and of aggregation rows: SPEC.md keys plus the system keys
-/// SDKs read. A user property named `id` or `label` is shown under that key; the identity
-/// stays under `__id`/`__label`.
-pub fn flat_record(r: &Record) -> Value {
-    let mut m = Map::new();
-    m.insert("id".into(), json!(r.id.to_string()));
-    m.insert("label".into(), json!(r.label));
-    let mut types = Map::new();
-    for (k, v) in &r.props {
-        m.insert(k.clone(), v.to_json());
-        types.insert(k.clone(), json!(v.ty.name()));
+struct Props<'a>(&'a Record);
+
+impl Serialize for Props<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.props.len()))?;
+        for (k, v) in &self.0.props {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
     }
-    m.insert("__id".into(), json!(r.id.to_string()));
-    m.insert("__label".into(), json!(r.label));
-    m.insert("__proptypes".into(), Value::Object(types));
-    Value::Object(m)
+}
+
+impl Serialize for Proto<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut buf = uuid::Uuid::encode_buffer();
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("id", r.id.hyphenated().encode_lower(&mut buf))?;
+        m.serialize_entry("label", &r.label)?;
+        m.serialize_entry("properties", &Props(r))?;
+        m.serialize_entry("propertyTypes", &Types(r))?;
+        m.end()
+    }
+}
+
+impl Serialize for Flat<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut buf = uuid::Uuid::encode_buffer();
+        let id: &str = r.id.hyphenated().encode_lower(&mut buf);
+        let mut m = s.serialize_map(Some(r.props.len() + 5))?;
+        if !r.props.contains_key("id") {
+            m.serialize_entry("id", id)?;
+        }
+        if !r.props.contains_key("label") {
+            m.serialize_entry("label", &r.label)?;
+        }
+        for (k, v) in &r.props {
+            m.serialize_entry(k, v)?;
+        }
+        m.serialize_entry("__id", id)?;
+        m.serialize_entry("__label", &r.label)?;
+        m.serialize_entry("__proptypes", &Types(r))?;
+        m.end()
+    }
+}
+
+pub fn record(r: &Record) -> Value {
+    serde_json::to_value(Proto(r)).unwrap_or(Value::Null)
+}
+
+pub fn flat_record(r: &Record) -> Value {
+    serde_json::to_value(Flat(r)).unwrap_or(Value::Null)
 }
 
 pub fn property(p: &PropertyInfo) -> Value {
@@ -74,8 +124,41 @@ pub fn response(outcome: &Outcome) -> Value {
     }
 }
 
-pub fn success(outcome: &Outcome) -> Value {
-    json!({"protocolVersion": PROTOCOL_VERSION, "response": response(outcome)})
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum Fast<'a> {
+    Record { record: Proto<'a> },
+    Records { records: Vec<Proto<'a>>, total: u64 },
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Success<T> {
+    protocol_version: i64,
+    response: T,
+}
+
+/// The success envelope as bytes; records are written without an intermediate JSON tree.
+pub fn success_bytes(outcome: &Outcome) -> Vec<u8> {
+    let fast = match outcome {
+        Outcome::Record(r) => Some(Fast::Record { record: Proto(r) }),
+        Outcome::Records { records, total } => Some(Fast::Records {
+            records: records.iter().map(Proto).collect(),
+            total: *total,
+        }),
+        _ => None,
+    };
+    let out = match fast {
+        Some(f) => serde_json::to_vec(&Success {
+            protocol_version: PROTOCOL_VERSION,
+            response: f,
+        }),
+        None => serde_json::to_vec(&Success {
+            protocol_version: PROTOCOL_VERSION,
+            response: response(outcome),
+        }),
+    };
+    out.unwrap_or_default()
 }
 
 pub fn error(e: &Error) -> Value {

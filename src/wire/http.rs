@@ -38,8 +38,11 @@ pub fn connection_builder() -> hyper::server::conn::http1::Builder {
     b
 }
 
-fn json_response(status: u16, body: &Value) -> HttpResponse {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+fn json_response<T: serde::Serialize + ?Sized>(status: u16, body: &T) -> HttpResponse {
+    bytes_response(status, serde_json::to_vec(body).unwrap_or_default())
+}
+
+fn bytes_response(status: u16, bytes: Vec<u8>) -> HttpResponse {
     let mut r = Response::new(Full::new(Bytes::from(bytes)));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut()
@@ -338,7 +341,7 @@ async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpRespons
         let env: RequestEnvelope = protocol::decode(body, "body")?;
         let scope = env.context.and_then(|c| c.scope);
         let outcome = state.engine.execute(meta.envelope(Transport::Protocol, scope, env.operation)).await?;
-        Ok(json_response(200, &render::success(&outcome)))
+        Ok(bytes_response(200, render::success_bytes(&outcome)))
     }
     .await;
     result.unwrap_or_else(|e| protocol_error(&e))

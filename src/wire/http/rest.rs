@@ -17,24 +17,54 @@ use hyper::{Method, Request};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-pub use crate::protocol::render::flat_record as record_json;
+use crate::protocol::render::Flat;
 
 fn property_json(p: &PropertyInfo) -> Value {
     json!({"id": p.id.to_string(), "name": p.name, "type": p.ty.name(), "metadata": "", "recordsCount": p.records_count})
 }
 
-fn ok(status: u16, data: Value) -> HttpResponse {
-    json_response(status, &json!({"success": true, "data": data}))
+#[derive(serde::Serialize)]
+struct Ok<T> {
+    success: bool,
+    data: T,
 }
 
-fn list(state: &HttpState, items: Vec<Value>, total: u64) -> HttpResponse {
+#[derive(serde::Serialize)]
+struct FlatList<T> {
+    success: bool,
+    data: Vec<T>,
+    total: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Listed<T> {
+    data: Vec<T>,
+    total: u64,
+}
+
+fn ok<T: serde::Serialize>(status: u16, data: T) -> HttpResponse {
+    json_response(
+        status,
+        &Ok {
+            success: true,
+            data,
+        },
+    )
+}
+
+/// A list result: SPEC.md's `data: {data, total}`, or flat `data: [...], total`.
+fn list<T: serde::Serialize>(state: &HttpState, items: Vec<T>, total: u64) -> HttpResponse {
     if state.flat_lists {
         json_response(
             200,
-            &json!({"success": true, "data": items, "total": total}),
+            &FlatList {
+                success: true,
+                data: items,
+                total,
+            },
         )
     } else {
-        ok(200, json!({"data": items, "total": total}))
+        ok(200, Listed { data: items, total })
     }
 }
 
@@ -177,7 +207,7 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
         (&Method::GET, ["records", id]) => ("/api/v1/records/{id}", {
             let op = Operation::Query(QueryOp::Record(RecordQuery { id: id.to_string() }));
             run(state, &meta, op).await.map(|o| match o {
-                Outcome::Record(r) => ok(200, record_json(&r)),
+                Outcome::Record(r) => ok(200, Flat(&r)),
                 other => unexpected(other),
             })
         }),
@@ -349,7 +379,7 @@ async fn create(
         options: b.options,
     }));
     match run(state, meta, op).await? {
-        Outcome::Record(r) if return_result => Ok(ok(201, record_json(&r))),
+        Outcome::Record(r) if return_result => Ok(ok(201, Flat(&r))),
         Outcome::Record(r) => Ok(ok(
             201,
             json!({"id": r.id.to_string(), "message": "Record created"}),
@@ -367,7 +397,7 @@ async fn edit(
 ) -> Result<HttpResponse> {
     let op = edit_op(id, mode, parse_json(req.body(), &state.limits)?)?;
     match run(state, meta, op).await? {
-        Outcome::Record(r) => Ok(ok(201, record_json(&r))),
+        Outcome::Record(r) => Ok(ok(201, Flat(&r))),
         other => Ok(unexpected(other)),
     }
 }
@@ -382,11 +412,9 @@ async fn search(
         query: b.document(),
     }));
     match run(state, meta, op).await? {
-        Outcome::Records { records, total } => Ok(list(
-            state,
-            records.iter().map(record_json).collect(),
-            total,
-        )),
+        Outcome::Records { records, total } => {
+            Ok(list(state, records.iter().map(Flat).collect(), total))
+        }
         Outcome::Rows { rows, total } => Ok(list(state, rows, total)),
         other => Ok(unexpected(other)),
     }

@@ -78,6 +78,7 @@ pub enum Outcome {
         total: u64,
     },
     Explain(serde_json::Value),
+    Schema(serde_json::Value),
     PropertyValues {
         property: serde_json::Value,
         values: Vec<serde_json::Value>,
@@ -199,6 +200,9 @@ impl Engine {
             }
             Operation::Describe(DescribeOp::Properties(q)) => {
                 self.describe_properties(&tenant, q.query.as_ref()).await
+            }
+            Operation::Describe(DescribeOp::Schema(q)) => {
+                self.describe_schema(&tenant, q.query.as_ref()).await
             }
             Operation::Describe(DescribeOp::Explain(q)) => {
                 self.explain(&tenant, q.query.as_ref()).await

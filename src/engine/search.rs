@@ -385,4 +385,132 @@ impl Engine {
             ty: ty.name(),
         })
     }
+
+    /// `describe schema`: labels with counts, properties per label (count, array flag, up to
+    /// five sample values, min and max for numbers and datetimes). Without a where filter it
+    /// comes from the counters and the ends of the property index; with one, from the
+    /// matching records.
+    pub(super) async fn describe_schema(
+        &self,
+        tenant: &Tenant,
+        doc: Option<&QueryDocument>,
+    ) -> Result<Outcome> {
+        const SAMPLES: usize = 5;
+        let Some(t) = self.store.tenant_id(tenant) else {
+            return Ok(Outcome::Schema(
+                json!({"labels": [], "properties": [], "relationships": []}),
+            ));
+        };
+        let scope: Vec<String> = doc.and_then(|d| d.labels.clone()).unwrap_or_default();
+        let in_scope = |l: &str| scope.is_empty() || scope.iter().any(|s| s == l);
+        // (property id, name, type, label) -> (count, is_array, samples, min, max)
+        type Entry = (
+            u64,
+            bool,
+            Vec<crate::model::Scalar>,
+            Option<crate::model::Scalar>,
+            Option<crate::model::Scalar>,
+        );
+        let mut rows: BTreeMap<(String, PropType, String), Entry> = BTreeMap::new();
+        let mut label_counts: BTreeMap<String, u64> = BTreeMap::new();
+        let ids: BTreeMap<(String, PropType), uuid::Uuid> =
+            rstore::properties(&self.store.snapshot()?, t)?
+                .into_iter()
+                .map(|p| ((p.name, p.ty), p.id))
+                .collect();
+        let merge = |e: &mut Entry, ty: PropType, items: &[crate::model::Scalar]| {
+            let cmp = |a: &crate::model::Scalar, b: &crate::model::Scalar| {
+                query::order::elem_cmp(ty, a, ty, b)
+            };
+            for x in items {
+                if e.2.len() < SAMPLES && !e.2.contains(x) {
+                    e.2.push(x.clone());
+                }
+                if matches!(ty, PropType::Number | PropType::Datetime) {
+                    if e.3.as_ref().is_none_or(|m| cmp(x, m).is_lt()) {
+                        e.3 = Some(x.clone());
+                    }
+                    if e.4.as_ref().is_none_or(|m| cmp(x, m).is_gt()) {
+                        e.4 = Some(x.clone());
+                    }
+                }
+            }
+        };
+        match self.matching(tenant, doc)? {
+            None => {
+                let snap = self.store.snapshot()?;
+                for (l, c) in rstore::label_counts(&snap, t)? {
+                    if in_scope(&l) {
+                        label_counts.insert(l, c);
+                    }
+                }
+                for ((name, ty), pid) in &ids {
+                    for (label, n, arrays) in exec::property_labels(&snap, t, pid)? {
+                        if !in_scope(&label) {
+                            continue;
+                        }
+                        let (low, high) = exec::index_ends(&snap, t, pid, &label, SAMPLES)?;
+                        let mut e: Entry = (n, arrays > 0, vec![], None, None);
+                        for id in low.iter().chain(high.iter()) {
+                            if let Some(r) = rstore::get_record(&snap, t, id)? {
+                                if let Some(v) = r.props.get(name).filter(|v| v.ty == *ty) {
+                                    merge(&mut e, *ty, &v.items);
+                                }
+                            }
+                        }
+                        rows.insert((name.clone(), *ty, label), e);
+                    }
+                }
+            }
+            Some((labels, filter)) => {
+                type Acc = (BTreeMap<String, u64>, Vec<crate::model::Record>);
+                let (counts, records): Acc = self
+                    .stream_matches(
+                        tenant,
+                        labels,
+                        filter,
+                        None,
+                        Acc::default(),
+                        |acc: &mut Acc, r| {
+                            *acc.0.entry(r.label.clone()).or_default() += 1;
+                            acc.1.push(r);
+                        },
+                    )
+                    .await?;
+                label_counts = counts;
+                for r in &records {
+                    for (name, v) in &r.props {
+                        let e = rows
+                            .entry((name.clone(), v.ty, r.label.clone()))
+                            .or_default();
+                        e.0 += 1;
+                        e.1 |= v.array;
+                        merge(e, v.ty, &v.items);
+                    }
+                }
+            }
+        }
+        let properties: Vec<Value> = rows
+            .into_iter()
+            .map(|((name, ty, label), (n, arr, samples, min, max))| {
+                let id = ids.get(&(name.clone(), ty)).map(|u| u.to_string());
+                let mut p = json!({"id": id, "name": name, "type": ty.name(), "label": label,
+                    "recordsCount": n, "isArray": arr, "sampleValues": samples});
+                if let Some(m) = min {
+                    p["min"] = m.to_json();
+                }
+                if let Some(m) = max {
+                    p["max"] = m.to_json();
+                }
+                p
+            })
+            .collect();
+        let labels: Vec<Value> = label_counts
+            .into_iter()
+            .map(|(l, c)| json!({"name": l, "recordsCount": c}))
+            .collect();
+        Ok(Outcome::Schema(
+            json!({"labels": labels, "properties": properties, "relationships": []}),
+        ))
+    }
 }

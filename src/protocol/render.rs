@@ -113,6 +113,7 @@ pub fn response(outcome: &Outcome) -> Value {
         Outcome::Property(p) => json!({"kind": "property", "property": property(p)}),
         Outcome::Rows { rows, total } => json!({"kind": "rows", "rows": rows, "total": total}),
         Outcome::Explain(plan) => json!({"kind": "explain", "plan": plan}),
+        Outcome::Schema(schema) => json!({"kind": "schema", "schema": schema}),
         Outcome::PropertyValues {
             property,
             values,

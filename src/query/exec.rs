@@ -782,3 +782,47 @@ fn index_ordered<R: KvRead>(
         explain,
     })
 }
+
+/// Labels holding a property, with (records, records holding an array), from the counters.
+pub fn property_labels<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    pid: &Uuid,
+) -> Result<Vec<(String, u64, u64)>> {
+    let prefix = Key::tenant(tenant, keys::PROP_LABEL_COUNT).uuid(pid).0;
+    let mut out = Vec::new();
+    kv.scan_prefix(&prefix, false, &mut |k, v| {
+        let (label, _) = keys::read_escaped(&k[prefix.len()..])
+            .ok_or_else(|| Error::internal("corrupt count key"))?;
+        let (n, arrays) = codec::decode_u64_pair(v)?;
+        out.push((String::from_utf8_lossy(&label).into_owned(), n, arrays));
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Record ids at the low end (up to `n`, in value order) and the high end of one label's run
+/// of a property index: samples, and the holders of the smallest and largest values.
+pub fn index_ends<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    pid: &Uuid,
+    label: &str,
+    n: usize,
+) -> Result<(Vec<Uuid>, Option<Uuid>)> {
+    let prefix = Key::tenant(tenant, keys::PROP_INDEX).uuid(pid).str(label).0;
+    let mut low = Vec::new();
+    kv.scan_prefix(&prefix, false, &mut |k, _| {
+        let id = id_from_key(k)?;
+        if !low.contains(&id) {
+            low.push(id);
+        }
+        Ok(low.len() < n)
+    })?;
+    let mut high = None;
+    kv.scan_prefix(&prefix, true, &mut |k, _| {
+        high = Some(id_from_key(k)?);
+        Ok(false)
+    })?;
+    Ok((low, high))
+}

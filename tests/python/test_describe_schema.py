@@ -1,0 +1,52 @@
+"""Protocol v1 `describe schema`: labels with counts, properties per label with counts, array
+flags, sample values and min/max; from the counters without a where filter, and from the
+matching records with one."""
+
+from conftest import unique
+
+
+def schema(api, query=None):
+    op = {"kind": "describe", "describe": {"kind": "schema", **({"query": query} if query is not None else {})}}
+    r = api.protocol(op)
+    assert r.status_code == 200, r.text
+    body = r.json()["response"]
+    assert body["kind"] == "schema"
+    return body["schema"]
+
+
+def prop(s, name, label):
+    found = [p for p in s["properties"] if p["name"] == name and p["label"] == label]
+    assert len(found) == 1, s["properties"]
+    return found[0]
+
+
+def test_schema_from_counters_and_with_a_filter(engine):
+    api = engine.client()
+    movie, person = unique("MOVIE"), unique("PERSON")
+    for year, tags in [(1999, ["a", "b"]), (2010, ["c"]), (1972, ["a"])]:
+        api.create(movie, {"year": year, "tags": tags, "title": f"t{year}"})
+    api.create(person, {"name": "Ann", "born": "1980-05-01"})
+
+    s = schema(api)
+    labels = {l["name"]: l["recordsCount"] for l in s["labels"]}
+    assert labels == {movie: 3, person: 1}
+    year = prop(s, "year", movie)
+    assert (year["type"], year["recordsCount"], year["isArray"]) == ("number", 3, False)
+    assert (year["min"], year["max"]) == (1972, 2010)
+    assert sorted(year["sampleValues"]) == [1972, 1999, 2010]
+    tags = prop(s, "tags", movie)
+    assert tags["isArray"] is True and tags["recordsCount"] == 3 and "min" not in tags
+    born = prop(s, "born", person)
+    assert (born["type"], born["min"], born["max"]) == ("datetime", "1980-05-01", "1980-05-01")
+    assert born["id"] == api.property_by("born", "datetime")["id"]
+    assert s["relationships"] == []
+
+    only = schema(api, {"labels": [person]})
+    assert [l["name"] for l in only["labels"]] == [person]
+    assert {p["label"] for p in only["properties"]} == {person}
+
+    filtered = schema(api, {"labels": [movie], "predicate": {"year": {"$gte": 1990}}})
+    assert filtered["labels"] == [{"name": movie, "recordsCount": 2}]
+    year = prop(filtered, "year", movie)
+    assert (year["recordsCount"], year["min"], year["max"]) == (2, 1999, 2010)
+    assert sorted(prop(filtered, "tags", movie)["sampleValues"]) == ["a", "b", "c"]

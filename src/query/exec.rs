@@ -450,6 +450,16 @@ fn by_id_only(order: &[OrderKey]) -> Option<bool> {
     }
 }
 
+/// Orders ids (time order) and cuts the page `[offset, want)`; `want` None keeps the rest.
+fn id_page(mut ids: Vec<Uuid>, desc: bool, offset: usize, want: Option<usize>) -> Vec<Uuid> {
+    ids.sort_unstable();
+    if desc {
+        ids.reverse();
+    }
+    let n = want.map_or(usize::MAX, |w| w.saturating_sub(offset));
+    ids.into_iter().skip(offset).take(n).collect()
+}
+
 /// Runs a search on one tenant's keyspace.
 pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<SearchOutput> {
     let planner = Planner {
@@ -507,15 +517,7 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
                 Ok(n < take)
             })?;
         }
-        ids.sort_unstable();
-        if desc {
-            ids.reverse();
-        }
-        let page: Vec<Uuid> = ids
-            .into_iter()
-            .skip(spec.offset)
-            .take(take.saturating_sub(spec.offset))
-            .collect();
+        let page = id_page(ids, desc, spec.offset, want);
         explain.examined_rows = page.len() as u64;
         explain.matched_rows = total;
         explain.index_order = true;
@@ -559,15 +561,7 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
                 let total = ids.len() as u64;
                 explain.examined_rows = total;
                 explain.matched_rows = total;
-                ids.sort_unstable();
-                if desc {
-                    ids.reverse();
-                }
-                let page: Vec<Uuid> = ids
-                    .into_iter()
-                    .skip(spec.offset)
-                    .take(want.map_or(usize::MAX, |w| w - spec.offset))
-                    .collect();
+                let page = id_page(ids, desc, spec.offset, want);
                 return Ok(SearchOutput {
                     records: fetch_full(&page)?,
                     total,

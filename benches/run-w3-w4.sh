@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# W3 (filtered search: equality, range with orderBy + limit on page 1 and page 50, $contains)
+# and W4 (count/avg/sum grouped by a low-cardinality property) on 1,000,000 records: the
+# engine against PostgreSQL 15 (JSONB + GIN + expression btree indexes) and DuckDB (PyPI,
+# typed columns, in-process), on the same rows, with every system's exact total and page
+# checked equal before anything is timed. Systems are interleaved over several rounds.
+#
+#   bash benches/run-w3-w4.sh
+#
+# Environment (defaults in brackets):
+#   RECORDS [1000000]     rows in the dataset (labels ORDER/ITEM/CUSTOMER in thirds, 8 properties)
+#   ROUNDS [3]            rounds; every round runs every query once per system, order rotating
+#   REPS_SELECTIVE [500]  repetitions per cell for the selective queries (and the round trips)
+#   REPS_OTHER [50]       repetitions per cell for the other W3 queries
+#   REPS_W4 [20]          repetitions per cell for W4
+#   CELL_SECONDS [10]     a cell stops early after this long (with at least MIN_REPS [5] runs)
+#   WARMUP [2]            unrecorded runs of every query per system before round 1
+#   LOAD_CONC [32]        concurrent connections of the engine loader (wrk)
+#   LOADGEN_CPU [0]       CPU the clients (wrk loader, the Python driver for the engine and
+#                         PostgreSQL) are pinned to; DuckDB runs in the driver on every CPU
+#   ENGINE_PORT [18281] NULL_PORT [18282] PG_PORT [55434]   loopback ports
+#   ENGINE_BIN, NULL_BIN  use these binaries instead of building (both must be given)
+#   VENV [target/w3w4-venv] Python venv with duckdb and psycopg[binary] from PyPI (made if missing)
+#   BENCH_DIR [mktemp under /var/tmp]  data directories (engine, PostgreSQL, DuckDB, dataset)
+#   RESULTS_DIR [bench-results/w3-w4-DATE under the repo]
+#   KEEP_DATA [0]         1 keeps BENCH_DIR after the run
+#   ONLY []               comma-separated query names to measure (default: all)
+#   PROFILE [all]         after the rounds, queries to profile on the engine with perf (each run
+#                         back to back for PROFILE_SECONDS [5]); "none" skips; needs perf
+#
+# Placement: the wrk loader and the driver's engine/PostgreSQL client thread are pinned to
+# LOADGEN_CPU; the engine, the null handler and PostgreSQL are not pinned; DuckDB, being
+# in-process, runs its queries on the driver's threads with every CPU allowed.
+# Needs root for apt-get and for running PostgreSQL as the `postgres` user.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+RECORDS=${RECORDS:-1000000}
+ROUNDS=${ROUNDS:-3}
+REPS_SELECTIVE=${REPS_SELECTIVE:-500}
+REPS_OTHER=${REPS_OTHER:-50}
+REPS_W4=${REPS_W4:-20}
+CELL_SECONDS=${CELL_SECONDS:-10}
+MIN_REPS=${MIN_REPS:-5}
+WARMUP=${WARMUP:-2}
+LOAD_CONC=${LOAD_CONC:-32}
+LOADGEN_CPU=${LOADGEN_CPU:-0}
+ENGINE_PORT=${ENGINE_PORT:-18281}
+NULL_PORT=${NULL_PORT:-18282}
+PG_PORT=${PG_PORT:-55434}
+KEEP_DATA=${KEEP_DATA:-0}
+ONLY=${ONLY:-}
+PROFILE=${PROFILE:-all}
+PROFILE_SECONDS=${PROFILE_SECONDS:-5}
+VENV=${VENV:-$repo/target/w3w4-venv}
+RESULTS_DIR=${RESULTS_DIR:-$repo/bench-results/w3-w4-$(date +%Y%m%dT%H%M%S)}
+PGBIN=/usr/lib/postgresql/15/bin
+W34=$here/w3w4
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ------------------------------------------------------------------ tools
+ensure_tools() {
+  local pkgs=()
+  command -v wrk >/dev/null || pkgs+=(wrk)
+  command -v taskset >/dev/null || pkgs+=(util-linux)
+  command -v runuser >/dev/null || pkgs+=(util-linux)
+  command -v curl >/dev/null || pkgs+=(curl)
+  command -v python3 >/dev/null || pkgs+=(python3)
+  python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
+  [ -x "$PGBIN/postgres" ] && [ -x "$PGBIN/psql" ] || pkgs+=(postgresql-15)
+  if [ "${#pkgs[@]}" -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || die "missing ${pkgs[*]} and not root: install them first"
+    log "installing ${pkgs[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
+  fi
+  if ! "$VENV/bin/python" -c 'import duckdb, psycopg' 2>/dev/null; then
+    log "creating $VENV with duckdb and psycopg[binary] (PyPI)"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check duckdb 'psycopg[binary]'
+  fi
+  PY=$VENV/bin/python
+  command -v cargo >/dev/null || [ -n "${ENGINE_BIN:-}" ] || die "cargo not found"
+}
+
+# ------------------------------------------------------------------ build
+build() {
+  if [ -n "${ENGINE_BIN:-}" ] || [ -n "${NULL_BIN:-}" ]; then
+    [ -x "${ENGINE_BIN:-}" ] && [ -x "${NULL_BIN:-}" ] || die "give both ENGINE_BIN and NULL_BIN, or neither"
+    log "using engine=$ENGINE_BIN null=$NULL_BIN (not building)"
+    return
+  fi
+  log "building release binaries (engine, null_http)"
+  local json
+  json=$(cd "$repo" && cargo build --release --bin engine --bench null_http \
+           --message-format=json-render-diagnostics) || die "cargo build failed"
+  eval "$(printf '%s\n' "$json" | python3 -c '
+import json, sys, shlex
+want = {"engine": "ENGINE_BIN", "null_http": "NULL_BIN"}
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want:
+        print("%s=%s" % (want[m["target"]["name"]], shlex.quote(m["executable"])))
+')"
+  [ -x "${ENGINE_BIN:-}" ] && [ -x "${NULL_BIN:-}" ] || die "could not locate the built binaries from cargo's output"
+  log "engine=$ENGINE_BIN null=$NULL_BIN"
+}
+
+# ------------------------------------------------------------------ servers
+ENGINE_PID= NULL_PID= PG_STARTED=0 BENCH_DIR_MADE=0
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$ENGINE_PID" ] && kill -0 "$ENGINE_PID" 2>/dev/null; then
+    kill -TERM "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null
+  fi
+  if [ -n "$NULL_PID" ] && kill -0 "$NULL_PID" 2>/dev/null; then
+    kill -TERM "$NULL_PID"; wait "$NULL_PID" 2>/dev/null
+  fi
+  if [ "$PG_STARTED" = 1 ]; then
+    as_pg "$PGBIN/pg_ctl" -D "$BENCH_DIR/pg" -m fast -w stop >/dev/null 2>&1
+    [ -f "$BENCH_DIR/pg/server.log" ] && cp "$BENCH_DIR/pg/server.log" "$RESULTS_DIR/postgres.log"
+  fi
+  if [ "$BENCH_DIR_MADE" = 1 ] && [ "$KEEP_DATA" != 1 ]; then
+    rm -rf "$BENCH_DIR"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_listening() { # FILE PID WHAT
+  local i
+  for i in $(seq 1 300); do
+    grep -q '^listening http ' "$1" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || die "$3 exited before listening (see $1 and its log)"
+    sleep 0.1
+  done
+  die "$3 did not report listening within 30 s"
+}
+
+start_engine() {
+  port_in_use "$ENGINE_PORT" && die "port $ENGINE_PORT is in use (set ENGINE_PORT)"
+  "$ENGINE_BIN" serve --data-dir "$BENCH_DIR/engine" --http-addr "127.0.0.1:$ENGINE_PORT" \
+    --token "$TOKEN" >"$RESULTS_DIR/engine.stdout" 2>"$RESULTS_DIR/engine.log" &
+  ENGINE_PID=$!
+  wait_listening "$RESULTS_DIR/engine.stdout" "$ENGINE_PID" engine
+  log "engine listening on 127.0.0.1:$ENGINE_PORT (pid $ENGINE_PID)"
+}
+
+start_null() {
+  port_in_use "$NULL_PORT" && die "port $NULL_PORT is in use (set NULL_PORT)"
+  "$NULL_BIN" --addr "127.0.0.1:$NULL_PORT" >"$RESULTS_DIR/null.stdout" 2>&1 &
+  NULL_PID=$!
+  wait_listening "$RESULTS_DIR/null.stdout" "$NULL_PID" "null handler"
+  log "null handler listening on 127.0.0.1:$NULL_PORT (pid $NULL_PID)"
+}
+
+psql_bench() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U bench -d bench "$@"; }
+
+start_postgres() {
+  port_in_use "$PG_PORT" && die "port $PG_PORT is in use (set PG_PORT)"
+  local d=$BENCH_DIR/pg
+  mkdir -p "$d"
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres:postgres "$d"
+    runuser -u postgres -- test -w "$d" || die "the postgres user cannot reach $d; set BENCH_DIR to a world-traversable place"
+  fi
+  as_pg "$PGBIN/initdb" -D "$d" -U bench --auth=trust -E UTF8 --locale=C >/dev/null
+  # Defaults except the memory a 1M-row benchmark wants: shared_buffers=1GB holds the table
+  # and its indexes; everything else (work_mem, parallel workers, JIT, planner costs) stays
+  # at PostgreSQL 15's defaults and is read back into postgres-settings.txt.
+  as_pg "$PGBIN/pg_ctl" -D "$d" -l "$d/server.log" -w start -o "-c listen_addresses=127.0.0.1 \
+    -c port=$PG_PORT -c unix_socket_directories=$d -c shared_buffers=1GB -c max_wal_size=4GB \
+    -c maintenance_work_mem=512MB" >/dev/null
+  PG_STARTED=1
+  as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U bench bench
+  log "PostgreSQL listening on 127.0.0.1:$PG_PORT"
+}
+
+# ------------------------------------------------------------------ setup
+setup_data() {
+  local data=$BENCH_DIR/data t0 t1
+  mkdir -p "$data"
+  log "dataset: $RECORDS rows"
+  "$PY" "$W34/w3w4.py" gen --records "$RECORDS" --dir "$data" >&2
+
+  log "engine: loading $RECORDS records over HTTP (wrk -t1 -c$LOAD_CONC, one POST per row)"
+  t0=$(date +%s.%N)
+  BENCH_TOKEN=$TOKEN BENCH_ROWS=$data/rows.jsonl \
+    taskset -c "$LOADGEN_CPU" wrk -t1 -c"$LOAD_CONC" -d1800s --timeout 30s -s "$W34/load_rows.lua" \
+    "http://127.0.0.1:$ENGINE_PORT/" >"$RESULTS_DIR/engine-load.txt" 2>&1 \
+    || die "engine load failed (see $RESULTS_DIR/engine-load.txt)"
+  t1=$(date +%s.%N)
+  grep -q "^LOADED .*failed=0" "$RESULTS_DIR/engine-load.txt" || die "engine load incomplete (see $RESULTS_DIR/engine-load.txt)"
+  # The loader idles 2 s after the last create before it exits: not counted.
+  ENGINE_LOAD_S=$(python3 -c "print(f'{$t1-$t0-2:.1f}')")
+  log "engine: $(grep -o 'created=[0-9]*' "$RESULTS_DIR/engine-load.txt") in $ENGINE_LOAD_S s ($(python3 -c "print(f'{$RECORDS/($t1-$t0-2):,.0f}')")/s)"
+
+  log "engine: reading every record back, checking it, writing the peers' load files"
+  "$PY" "$W34/w3w4.py" export --dir "$data" --port "$ENGINE_PORT" --token "$TOKEN" >&2
+  cp "$data/export.json" "$data/dataset.json" "$RESULTS_DIR/"
+
+  log "PostgreSQL: COPY, indexes, VACUUM ANALYZE"
+  "$PY" "$W34/w3w4.py" load-pg --dir "$data" --dsn "$DSN" --results "$RESULTS_DIR" >&2
+  log "DuckDB: load"
+  "$PY" "$W34/w3w4.py" load-duck --dir "$data" --db "$BENCH_DIR/duck.db" --results "$RESULTS_DIR" >&2
+  rm -f "$data/pg.tsv" "$data/duck.csv"
+
+  psql_bench -At -c "SELECT name || '=' || setting || coalesce(unit, '') FROM pg_settings WHERE name IN
+    ('server_version','shared_buffers','work_mem','effective_cache_size','max_parallel_workers_per_gather',
+     'max_parallel_workers','jit','jit_above_cost','random_page_cost','plan_cache_mode',
+     'default_statistics_target','maintenance_work_mem','lc_collate') ORDER BY name" \
+    >"$RESULTS_DIR/postgres-settings.txt"
+  {
+    echo "engine_load_seconds=$ENGINE_LOAD_S"
+    echo "engine_data_dir_bytes=$(du -sb "$BENCH_DIR/engine" | cut -f1)"
+    echo "postgres_data_dir_bytes=$(du -sb "$BENCH_DIR/pg" | cut -f1)"
+    echo "duckdb_file_bytes=$(stat -c %s "$BENCH_DIR/duck.db")"
+  } >"$RESULTS_DIR/sizes.txt"
+}
+
+machine_info() {
+  {
+    echo "date: $(date -Is)"
+    echo "git: $(cd "$repo" && git rev-parse HEAD 2>/dev/null)$(cd "$repo" && git diff --quiet HEAD -- src 2>/dev/null || echo ' (src has uncommitted changes)')"
+    echo "kernel: $(uname -srm)"
+    echo "nproc: $(nproc)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+    echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+    echo "data dir: $BENCH_DIR"
+    echo "data fs: $(df -PT "$BENCH_DIR" | awk 'NR==2 {print $1, $2, $3" KiB total"}')"
+    echo "wrk: $(wrk -v 2>&1 | head -n1)"
+    echo "postgres: $("$PGBIN/postgres" --version)"
+    echo "python: $("$PY" --version 2>&1)"
+    echo "duckdb: $("$PY" -c 'import duckdb; print(duckdb.__version__)')"
+    echo "psycopg: $("$PY" -c 'import psycopg; print(psycopg.__version__, psycopg.pq.__impl__)')"
+    echo "engine: $("$ENGINE_BIN" version 2>/dev/null || true) ($ENGINE_BIN)"
+    echo "records=$RECORDS rounds=$ROUNDS reps_selective=$REPS_SELECTIVE reps_other=$REPS_OTHER reps_w4=$REPS_W4 cell_seconds=$CELL_SECONDS warmup=$WARMUP loadgen_cpu=$LOADGEN_CPU load_conc=$LOAD_CONC"
+  } >"$RESULTS_DIR/machine.txt"
+}
+
+# ------------------------------------------------------------------ profiles
+# Flat CPU profiles of the engine process (all its threads) while one query runs back to back:
+# where the engine's time goes, per query. Taken after the rounds, so they perturb nothing.
+profiles() {
+  [ "$PROFILE" = none ] && return
+  command -v perf >/dev/null || { log "perf not found: no profiles"; return; }
+  local names q pdir=$RESULTS_DIR/profiles perf_pid
+  mkdir -p "$pdir"
+  if [ "$PROFILE" = all ]; then
+    names=$("$PY" -c 'import json, sys; print(" ".join(q["name"] for q in json.load(open(sys.argv[1]))["queries"]))' \
+      "$RESULTS_DIR/bench-meta.json")
+  else
+    names=${PROFILE//,/ }
+  fi
+  for q in $names; do
+    perf record -F 999 -p "$ENGINE_PID" -o "$pdir/$q.perf.data" >/dev/null 2>"$pdir/$q.perf-record.txt" &
+    perf_pid=$!
+    sleep 0.2
+    taskset -c "$LOADGEN_CPU" "$PY" "$W34/w3w4.py" profile --dir "$BENCH_DIR/data" --port "$ENGINE_PORT" \
+      --token "$TOKEN" --query "$q" --seconds "$PROFILE_SECONDS" 2>>"$pdir/runs.txt"
+    kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true
+    perf report -i "$pdir/$q.perf.data" --stdio --no-children --sort symbol --percent-limit 0.5 \
+      >"$pdir/$q.txt" 2>/dev/null || true
+    rm -f "$pdir/$q.perf.data"
+    log "$(tail -n1 "$pdir/runs.txt")"
+  done
+}
+
+# ------------------------------------------------------------------ main
+main() {
+  ensure_tools
+  build
+  mkdir -p "$RESULTS_DIR"
+  RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
+  if [ -z "${BENCH_DIR:-}" ]; then
+    BENCH_DIR=$(mktemp -d /var/tmp/engine-bench.XXXXXX)
+    BENCH_DIR_MADE=1
+  else
+    [ -e "$BENCH_DIR" ] && die "BENCH_DIR $BENCH_DIR exists; give a new path"
+    mkdir -p "$BENCH_DIR"; BENCH_DIR_MADE=1
+  fi
+  chmod 755 "$BENCH_DIR"
+  TOKEN=bench-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  DSN="host=127.0.0.1 port=$PG_PORT user=bench dbname=bench"
+  log "results: $RESULTS_DIR; data: $BENCH_DIR"
+  machine_info
+  local t_start; t_start=$(date +%s)
+
+  start_postgres
+  start_engine
+  start_null
+  setup_data
+  log "setup done in $(( $(date +%s) - t_start )) s"
+
+  log "checks, plans, warm-up, then $ROUNDS rounds"
+  "$PY" "$W34/w3w4.py" bench --dir "$BENCH_DIR/data" --results "$RESULTS_DIR" \
+    --port "$ENGINE_PORT" --null-port "$NULL_PORT" --token "$TOKEN" --dsn "$DSN" --db "$BENCH_DIR/duck.db" \
+    --rounds "$ROUNDS" --reps-selective "$REPS_SELECTIVE" --reps-other "$REPS_OTHER" --reps-w4 "$REPS_W4" \
+    --min-reps "$MIN_REPS" --cell-seconds "$CELL_SECONDS" --warmup "$WARMUP" --loadgen-cpu "$LOADGEN_CPU" \
+    ${ONLY:+--only "$ONLY"}
+
+  curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$ENGINE_PORT/metrics" \
+    >"$RESULTS_DIR/engine-metrics.txt" 2>/dev/null || true
+  profiles
+  local warn
+  warn=$(grep -ciE 'error|warn|panic' "$RESULTS_DIR/engine.log" || true)
+  [ "$warn" = 0 ] || log "engine log has $warn error/warning lines: $RESULTS_DIR/engine.log"
+
+  echo
+  python3 "$W34/report.py" "$RESULTS_DIR"
+  echo
+  log "whole run $(( $(date +%s) - t_start )) s; raw results in $RESULTS_DIR"
+}
+
+main "$@"

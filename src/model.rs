@@ -173,3 +173,67 @@ pub fn truncate(s: &str, max: usize) -> String {
     }
     format!("{}...", &s[..end])
 }
+
+/// Default relationship type (SPEC.md "Relationship").
+pub const DEFAULT_RELATION_TYPE: &str = "__SERVICE__RELATION__DEFAULT__";
+/// What the RushDB SDK sends for the default type; accepted on input as an alias of it.
+pub const SDK_DEFAULT_RELATION_TYPE: &str = "__RUSHDB__RELATION__DEFAULT__";
+
+/// Maps the SDK's default type to ours; other types pass through.
+pub fn canonical_type(t: &str) -> &str {
+    if t == SDK_DEFAULT_RELATION_TYPE {
+        DEFAULT_RELATION_TYPE
+    } else {
+        t
+    }
+}
+
+/// Relationship property names that are fields of the relationship JSON itself.
+pub const RESERVED_RELATIONSHIP_NAMES: [&str; 7] = [
+    "sourceId",
+    "targetId",
+    "sourceLabel",
+    "targetLabel",
+    "type",
+    "direction",
+    "id",
+];
+
+/// An edge direction as seen from one record: `Out` = (this)-[rel]->(other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Out = 0,
+    In = 1,
+}
+
+impl Direction {
+    pub fn parse(s: &str, what: &str) -> crate::error::Result<Direction> {
+        match s {
+            "out" => Ok(Direction::Out),
+            "in" => Ok(Direction::In),
+            _ => Err(crate::error::Error::invalid(format!(
+                "{what} must be \"in\" or \"out\", not '{}'",
+                truncate(s, 40)
+            ))),
+        }
+    }
+    pub fn reverse(self) -> Direction {
+        match self {
+            Direction::Out => Direction::In,
+            Direction::In => Direction::Out,
+        }
+    }
+}
+
+/// A stored relationship: (source)-[type]->(target). Parallel relationships are distinct
+/// rows with distinct ids; labels are the endpoints' current labels, read at query time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Relationship {
+    pub id: Uuid,
+    pub row: u64,
+    pub version: u64,
+    pub rel_type: String,
+    pub source: Uuid,
+    pub target: Uuid,
+    pub props: BTreeMap<String, PropValue>,
+}

@@ -2,7 +2,7 @@
 //! build can tell old values from new ones without a format change of the whole store.
 
 use crate::error::{Error, Result};
-use crate::model::{PropType, PropValue, Record, Scalar};
+use crate::model::{PropType, PropValue, Record, Relationship, Scalar};
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
@@ -234,6 +234,40 @@ pub fn decode_record_fields(id: Uuid, b: &[u8], wanted: Option<&[&str]>) -> Resu
 
 pub fn decode_record(id: Uuid, b: &[u8]) -> Result<Record> {
     decode_record_fields(id, b, None)
+}
+
+/// Relationship layout: format, source id, target id, then the record layout with the type
+/// in the label's place (so property encoding is shared with records).
+pub fn encode_relationship(rel: &Relationship) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96);
+    out.push(VALUE_FORMAT);
+    out.extend_from_slice(rel.source.as_bytes());
+    out.extend_from_slice(rel.target.as_bytes());
+    out.extend_from_slice(&encode_record(&Record {
+        id: rel.id,
+        label: rel.rel_type.clone(),
+        row: rel.row,
+        version: rel.version,
+        props: rel.props.clone(),
+    }));
+    out
+}
+
+pub fn decode_relationship(id: Uuid, b: &[u8]) -> Result<Relationship> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    let source = Uuid::from_slice(r.take(16)?).map_err(|_| corrupt("source id"))?;
+    let target = Uuid::from_slice(r.take(16)?).map_err(|_| corrupt("target id"))?;
+    let rec = decode_record(id, r.b)?;
+    Ok(Relationship {
+        id,
+        row: rec.row,
+        version: rec.version,
+        rel_type: rec.label,
+        source,
+        target,
+        props: rec.props,
+    })
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use super::codec;
 use super::keys::{self, Key};
 use super::kv::{KvRead, Overlay};
+use super::relationships::{LinkRel, UnlinkRel};
 use crate::error::{Error, Result};
 use crate::model::{infer::PropWrites, PropType, Record};
 use std::collections::BTreeSet;
@@ -49,6 +50,8 @@ pub enum WriteOp {
     DeleteProperty {
         id: Uuid,
     },
+    Link(LinkRel),
+    Unlink(UnlinkRel),
 }
 
 #[derive(Debug, Clone)]
@@ -178,7 +181,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         Key::tenant(self.tenant, kind)
     }
 
-    fn add_count(&mut self, key: Vec<u8>, delta: i64) -> Result<()> {
+    pub(super) fn add_count(&mut self, key: Vec<u8>, delta: i64) -> Result<()> {
         let cur = self
             .ov
             .get(&key)?
@@ -230,7 +233,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         Ok(Some(id))
     }
 
-    fn next_row(&mut self) -> Result<u64> {
+    pub(super) fn next_row(&mut self) -> Result<u64> {
         let key = self.key(keys::ROW_SEQ).0;
         let row = self
             .ov
@@ -317,11 +320,13 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                     version: self.seq,
                     ..old.clone()
                 };
+                self.relabel_edges(&id, &old.label, &new.label)?;
                 self.rewrite(&old, &new)?;
                 Ok(WriteOutcome::Record(Box::new(new)))
             }
             WriteOp::Delete { id } => {
                 let old = self.load(&id)?;
+                self.detach_all(&id)?;
                 self.index(&old, false)?;
                 self.ov.delete(record_key(self.tenant, &id));
                 Ok(WriteOutcome::Affected(1))
@@ -330,6 +335,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 let mut n = 0;
                 for id in ids {
                     if let Some(old) = get_record(&*self.ov, self.tenant, &id)? {
+                        self.detach_all(&id)?;
                         self.index(&old, false)?;
                         self.ov.delete(record_key(self.tenant, &id));
                         n += 1;
@@ -338,6 +344,8 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 Ok(WriteOutcome::Affected(n))
             }
             WriteOp::DeleteProperty { id } => self.delete_property(&id).map(WriteOutcome::Affected),
+            WriteOp::Link(l) => self.link(l).map(WriteOutcome::Affected),
+            WriteOp::Unlink(u) => self.unlink(u).map(WriteOutcome::Affected),
         }
     }
 
@@ -376,6 +384,9 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 Some(v) => new.props.insert(k, v),
                 None => new.props.remove(&k),
             };
+        }
+        if new.label != old.label {
+            self.relabel_edges(&old.id, &old.label, &new.label)?;
         }
         self.rewrite(&old, &new)?;
         Ok(new)

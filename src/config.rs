@@ -38,6 +38,8 @@ pub struct Limits {
     pub max_json_depth: usize,
     /// Time budget of one request, milliseconds (408 when exceeded).
     pub request_timeout_ms: u64,
+    /// Largest `hops` a traversal block may ask for (BEHAVIOUR.md §2: 10 by default).
+    pub max_hops: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,6 +79,7 @@ impl Default for Limits {
             max_body_bytes: 32 * 1024 * 1024,
             max_json_depth: 64,
             request_timeout_ms: 30_000,
+            max_hops: 10,
         }
     }
 }
@@ -125,6 +128,9 @@ impl FileConfig {
                 "rest.envelope must be \"spec\" or \"flat\", not {:?}",
                 self.rest.envelope
             ));
+        }
+        if !(1..=100).contains(&self.limits.max_hops) {
+            return Err("limits.max_hops must be between 1 and 100".into());
         }
         if !(1..=128).contains(&self.limits.max_json_depth) {
             return Err("limits.max_json_depth must be between 1 and 128".into());

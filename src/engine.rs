@@ -3,6 +3,7 @@
 //! operation. Wire modules only decode and render; every decision is made here, once.
 
 mod records;
+mod relationships;
 mod search;
 
 use crate::error::{Error, ErrorCode, Result};
@@ -78,6 +79,11 @@ pub enum Outcome {
         total: u64,
     },
     Explain(serde_json::Value),
+    /// Relationship JSON objects (rendered by `protocol::render::relationship`).
+    Relationships {
+        relationships: Vec<serde_json::Value>,
+        total: u64,
+    },
     Schema(serde_json::Value),
     PropertyValues {
         property: serde_json::Value,
@@ -221,6 +227,21 @@ impl Engine {
             }
             Operation::Mutate(Mutation::DeleteProperty(d)) => {
                 self.delete_property(tenant, d.name, d.id).await
+            }
+            Operation::Mutate(Mutation::LinkRecordsById(c)) => {
+                self.link_by_id(tenant, c.command).await
+            }
+            Operation::Mutate(Mutation::UnlinkRecordsById(c)) => {
+                self.unlink_by_id(tenant, c.command).await
+            }
+            Operation::Mutate(Mutation::LinkRecords(c)) => {
+                self.link_many(tenant, c.command, false).await
+            }
+            Operation::Mutate(Mutation::UnlinkRecords(c)) => {
+                self.link_many(tenant, c.command, true).await
+            }
+            Operation::Query(QueryOp::Relationships(q)) => {
+                self.find_relationships(&tenant, q.query).await
             }
             other => Err(Error::unsupported(other.name())),
         }

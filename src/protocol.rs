@@ -213,6 +213,10 @@ pub struct QueryDocument {
     pub aggregate: Option<Value>,
     #[serde(default)]
     pub group_by: Option<Vec<String>>,
+    /// Engine extension: only records related (one hop, any type, either way) to this record
+    /// (what REST `POST /records/{id}/search` sends).
+    #[serde(default)]
+    pub related_to: Option<String>,
 }
 
 kind_enum! {
@@ -264,6 +268,15 @@ pub struct RelationshipQuery {
     pub offset: Option<i64>,
     #[serde(default)]
     pub limit: Option<i64>,
+    /// Engine extensions: `in` swaps the source and target selectors, `out` keeps them,
+    /// absent matches either orientation; `order` as in QueryDocument (id or a relationship
+    /// property); `recordId` lists the relationships of one record (REST GET).
+    #[serde(default)]
+    pub direction: Option<String>,
+    #[serde(default)]
+    pub order: Option<Value>,
+    #[serde(default)]
+    pub record_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

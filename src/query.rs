@@ -5,6 +5,7 @@ pub mod aggregate;
 pub mod exec;
 pub mod filter;
 pub mod order;
+pub mod traverse;
 
 use crate::error::{Error, Result};
 use crate::protocol::QueryDocument;
@@ -77,7 +78,22 @@ fn present(v: &Option<Value>) -> bool {
 /// which ignore `limit` and `offset`.
 pub fn lower(doc: &QueryDocument, paged: bool) -> Result<Query> {
     let labels = labels_of(doc)?;
-    let filter = filter::parse(doc.predicate.as_ref(), "where")?;
+    let mut filter = filter::parse(doc.predicate.as_ref(), "where")?;
+    if let Some(id) = &doc.related_to {
+        let id = crate::model::parse_uuid_v7(id, "record id")?;
+        let related = filter::Filter::Related(Box::new(filter::Related {
+            label: None,
+            edges: Default::default(),
+            hops: (1, 1),
+            alias: None,
+            filter: filter::Filter::Id(filter::IdPred::In(vec![id])),
+            resolved: None,
+        }));
+        filter = match filter {
+            filter::Filter::True => related,
+            f => filter::Filter::And(vec![f, related]),
+        };
+    }
     let (offset, limit) = paging(doc.offset, doc.limit, DEFAULT_LIMIT)?;
     if present(&doc.aggregate) && present(&doc.select) {
         return Err(Error::invalid(
@@ -103,6 +119,16 @@ pub fn lower(doc: &QueryDocument, paged: bool) -> Result<Query> {
         )?),
         _ => None,
     };
+    if let Some(agg) = &aggregation {
+        for a in aggregate::aliases(agg) {
+            if !filter.alias_chain(&a, &mut Vec::new()) {
+                return Err(Error::invalid(format!(
+                    "alias {}: not declared by any $alias in where",
+                    crate::model::truncate(&a, 40)
+                )));
+            }
+        }
+    }
     if aggregation.is_none() && !group_by.is_empty() {
         // SPEC.md: groupBy has an effect only with at least one aggregation.
         aggregate::check_group_by(&group_by)?;

@@ -138,6 +138,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
             capability_secret: cfg.capability_secret.clone(),
         },
     ));
+    crate::query::filter::set_max_hops(cfg.file.limits.max_hops);
     let state = Arc::new(HttpState {
         engine: engine.clone(),
         metrics: Metrics::default(),

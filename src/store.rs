@@ -12,6 +12,7 @@ pub mod codec;
 pub mod keys;
 pub mod kv;
 pub mod records;
+pub mod relationships;
 pub mod wal;
 
 use crate::error::{Error, Result};

@@ -9,10 +9,26 @@ use crate::protocol::{render, PropertyValuesQuery, QueryDocument};
 use crate::query;
 use crate::query::exec::{self, SearchSpec};
 use crate::query::filter::{FieldPred, Filter};
+use crate::query::traverse::Walker;
 use crate::store::records::{self as rstore, PropertyInfo, WriteOp, WriteOutcome};
 use crate::store::Tenant;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+
+/// The records an alias names for a root record, by forward traversal down the alias's
+/// chain of blocks. Store errors are kept by the walker (see `Walker::finish`).
+fn binder<'a, R: crate::store::kv::KvRead>(
+    walker: &'a Walker<'a, R>,
+    filter: &'a Filter,
+) -> impl Fn(&str, &crate::model::Record) -> Vec<crate::model::Record> + 'a {
+    move |alias, r| {
+        let mut chain = Vec::new();
+        if !filter.alias_chain(alias, &mut chain) {
+            return vec![];
+        }
+        walker.keep(walker.bound(&chain, &r.id), vec![])
+    }
+}
 
 /// Largest number of records one bulk delete removes in a single write batch.
 const DELETE_CHUNK: usize = 50_000;
@@ -38,9 +54,21 @@ impl Engine {
                 limit: Some(agg.limit),
                 ..q.spec
             };
-            let out = self.blocking_search(tenant, spec).await?;
+            let out = self.blocking_search(tenant, spec.clone()).await?;
             let paged = query::aggregate::Aggregation { offset: 0, ..agg };
-            let (rows, _) = query::aggregate::per_record(&paged, &out.records, render::flat_record);
+            let (store, tenant) = (self.store.clone(), tenant.clone());
+            let rows = tokio::task::spawn_blocking(move || -> Result<Vec<Value>> {
+                let snap = store.snapshot()?;
+                let t = store.tenant_id(&tenant).unwrap_or_default();
+                let walker = Walker::new(&snap, t);
+                let bind = binder(&walker, &spec.filter);
+                let (rows, _) =
+                    query::aggregate::per_record(&paged, &out.records, render::flat_record, &bind);
+                walker.finish()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(|e| Error::internal(format!("aggregation task failed: {e}")))??;
             return Ok(Outcome::Rows {
                 rows,
                 total: out.total,
@@ -52,6 +80,8 @@ impl Engine {
                 return Ok((vec![], 0));
             };
             let snap = store.snapshot()?;
+            let walker = Walker::new(&snap, t);
+            let bind = binder(&walker, &q.spec.filter);
             if agg.dims.is_empty() {
                 let mut records = Vec::new();
                 exec::for_each_match(&snap, t, &q.spec.labels, &q.spec.filter, None, &mut |r| {
@@ -59,11 +89,9 @@ impl Engine {
                     Ok(())
                 })?;
                 records.sort_by_key(|r| std::cmp::Reverse(r.id));
-                return Ok(query::aggregate::per_record(
-                    &agg,
-                    &records,
-                    render::flat_record,
-                ));
+                let out = query::aggregate::per_record(&agg, &records, render::flat_record, &bind);
+                walker.finish()?;
+                return Ok(out);
             }
             let fields = query::aggregate::fields(&agg);
             let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
@@ -75,10 +103,11 @@ impl Engine {
                 &q.spec.filter,
                 Some(&fields),
                 &mut |r| {
-                    g.add(&r);
+                    g.add(&r, &bind);
                     Ok(())
                 },
             )?;
+            walker.finish()?;
             Ok(g.finish())
         })
         .await
@@ -155,7 +184,7 @@ impl Engine {
         Ok(Outcome::Explain(json!({
             "access": e.access, "estimatedRows": e.estimated_rows, "actualRows": e.matched_rows,
             "examinedRows": e.examined_rows, "covered": e.covered, "indexOrder": e.index_order,
-            "returnedRows": out.records.len()
+            "returnedRows": out.records.len(), "traversal": e.traversal
         })))
     }
 
@@ -509,8 +538,16 @@ impl Engine {
             .into_iter()
             .map(|(l, c)| json!({"name": l, "recordsCount": c}))
             .collect();
+        let relationships: Vec<Value> = crate::store::relationships::rel_counts(
+            &self.store.snapshot()?,
+            t,
+        )?
+        .into_iter()
+        .filter(|(s, _, g, _)| in_scope(s) || in_scope(g))
+        .map(|(s, ty, g, c)| json!({"sourceLabel": s, "targetLabel": g, "type": ty, "count": c}))
+        .collect();
         Ok(Outcome::Schema(
-            json!({"labels": labels, "properties": properties, "relationships": []}),
+            json!({"labels": labels, "properties": properties, "relationships": relationships}),
         ))
     }
 }

@@ -3,7 +3,7 @@
 use super::PROTOCOL_VERSION;
 use crate::engine::Outcome;
 use crate::error::Error;
-use crate::model::Record;
+use crate::model::{Record, Relationship};
 use crate::store::records::PropertyInfo;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
@@ -91,6 +91,18 @@ pub fn property(p: &PropertyInfo) -> Value {
            "recordsCount": p.records_count, "isArray": p.is_array})
 }
 
+/// Relationship JSON (BEHAVIOUR.md §3), in its stored orientation.
+pub fn relationship(rel: &Relationship, source_label: &str, target_label: &str) -> Value {
+    let props: Map<String, Value> = rel
+        .props
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_json()))
+        .collect();
+    json!({"id": rel.id.to_string(), "sourceId": rel.source.to_string(),
+           "sourceLabel": source_label, "targetId": rel.target.to_string(),
+           "targetLabel": target_label, "type": rel.rel_type, "properties": props})
+}
+
 /// The `response` object of a successful operation.
 pub fn response(outcome: &Outcome) -> Value {
     match outcome {
@@ -114,6 +126,10 @@ pub fn response(outcome: &Outcome) -> Value {
         Outcome::Rows { rows, total } => json!({"kind": "rows", "rows": rows, "total": total}),
         Outcome::Explain(plan) => json!({"kind": "explain", "plan": plan}),
         Outcome::Schema(schema) => json!({"kind": "schema", "schema": schema}),
+        Outcome::Relationships {
+            relationships,
+            total,
+        } => json!({"kind": "relationships", "relationships": relationships, "total": total}),
         Outcome::PropertyValues {
             property,
             values,

@@ -54,11 +54,16 @@ pub struct AggDef {
     pub name: String,
     pub func: AggFn,
     pub field: Option<String>,
+    /// A traversal alias (`$order`): the aggregate runs over the records it names for each
+    /// root record. None: the root record (`$record`).
+    pub alias: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub enum Dim {
     Prop(String),
+    /// A property of the records an alias names: (alias, property).
+    AliasProp(String, String),
     Bucket(usize),
 }
 
@@ -76,26 +81,30 @@ fn bad(path: &str, msg: impl std::fmt::Display) -> Error {
     Error::invalid(format!("{path}: {msg}"))
 }
 
-fn field_name(s: &str, path: &str) -> Result<Option<String>> {
+/// A field reference: `*`, `name`, `$record.name`, `$alias.name` or `$alias` (the records
+/// themselves). Returns (alias, field).
+fn field_name(s: &str, path: &str) -> Result<(Option<String>, Option<String>)> {
     if s == "*" {
-        return Ok(None);
-    }
-    if let Some(rest) = s.strip_prefix("$record.") {
-        return if rest.is_empty() {
-            Err(bad(path, "empty field name"))
-        } else {
-            Ok(Some(rest.to_string()))
-        };
-    }
-    if s.starts_with('$') {
-        return Err(Error::unsupported(format!(
-            "{path}: aggregation over related records (alias {s})"
-        )));
+        return Ok((None, None));
     }
     if s.is_empty() {
         return Err(bad(path, "empty field name"));
     }
-    Ok(Some(s.to_string()))
+    let Some(rest) = s.strip_prefix('$') else {
+        return Ok((None, Some(s.to_string())));
+    };
+    let (alias, field) = match rest.split_once('.') {
+        Some((a, f)) => (a, Some(f)),
+        None => (rest, None),
+    };
+    if alias.is_empty() || field == Some("") {
+        return Err(bad(path, "expected \"$alias.property\""));
+    }
+    let alias = (alias != "record").then(|| format!("${alias}"));
+    if alias.is_none() && field.is_none() {
+        return Ok((None, None));
+    }
+    Ok((alias, field.map(str::to_string)))
 }
 
 fn granularity(s: &str, path: &str) -> Result<(Granularity, bool)> {
@@ -140,7 +149,7 @@ fn build(
     name: &str,
     func: &str,
     m: &Map<String, Value>,
-    field: Option<String>,
+    (alias, field): (Option<String>, Option<String>),
     path: &str,
 ) -> Result<AggDef> {
     let needs_field = |f: &Option<String>| {
@@ -170,7 +179,9 @@ fn build(
             AggFn::Max
         }
         "collect" => {
-            needs_field(&field)?;
+            if alias.is_none() {
+                needs_field(&field)?;
+            }
             let desc = match m.get("orderBy") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) if s == "asc" => Some(false),
@@ -225,6 +236,7 @@ fn build(
         name: name.to_string(),
         func: f,
         field,
+        alias,
     })
 }
 
@@ -253,7 +265,7 @@ fn parse_defs(v: &Value, select_form: bool) -> Result<Vec<AggDef>> {
                 Value::Object(o) => {
                     let field = match o.get("field") {
                         Some(Value::String(s)) => field_name(s, &format!("{p}.field"))?,
-                        None | Some(Value::Null) => None,
+                        None | Some(Value::Null) => (None, None),
                         Some(_) => return Err(bad(&format!("{p}.field"), "expected a string")),
                     };
                     (field, o.clone())
@@ -269,17 +281,23 @@ fn parse_defs(v: &Value, select_form: bool) -> Result<Vec<AggDef>> {
                 .get("fn")
                 .and_then(Value::as_str)
                 .ok_or_else(|| bad(&format!("{path}.fn"), "required"))?;
-            match am.get("alias").and_then(Value::as_str) {
-                None | Some("$record") => {}
-                Some(a) => {
-                    return Err(Error::unsupported(format!(
-                        "{path}.alias: aggregation over related records (alias {a})"
-                    )))
-                }
-            }
-            let field = match am.get("field") {
-                Some(Value::String(s)) => field_name(s, &format!("{path}.field"))?,
+            let alias = match am.get("alias") {
                 None | Some(Value::Null) => None,
+                Some(Value::String(a)) if a == "$record" => None,
+                Some(Value::String(a)) if a.len() > 1 && a.starts_with('$') => Some(a.clone()),
+                Some(_) => {
+                    return Err(bad(
+                        &format!("{path}.alias"),
+                        "expected \"$record\" or a declared $alias",
+                    ))
+                }
+            };
+            let field = match am.get("field") {
+                Some(Value::String(s)) => match field_name(s, &format!("{path}.field"))? {
+                    (None, f) => (alias, f),
+                    (a, f) => (a, f),
+                },
+                None | Some(Value::Null) => (alias, None),
                 Some(_) => return Err(bad(&format!("{path}.field"), "expected a string")),
             };
             defs.push(build(name, func, am, field, &path)?);
@@ -294,10 +312,14 @@ fn parse_defs(v: &Value, select_form: bool) -> Result<Vec<AggDef>> {
 /// Validates groupBy keys (`$record.<property>` or a bare output name).
 pub fn check_group_by(keys: &[String]) -> Result<()> {
     for (i, k) in keys.iter().enumerate() {
-        if k.is_empty() || k == "$record." || (k.starts_with('$') && !k.starts_with("$record.")) {
+        let aliased = k
+            .strip_prefix('$')
+            .and_then(|r| r.split_once('.'))
+            .is_some_and(|(a, f)| !a.is_empty() && !f.is_empty());
+        if k.is_empty() || (k.starts_with('$') && !aliased) {
             return Err(bad(
                 &format!("groupBy[{i}]"),
-                "expected \"$record.<property>\" or an aggregate output name",
+                "expected \"$record.<property>\", \"$alias.<property>\" or an aggregate output name",
             ));
         }
     }
@@ -318,6 +340,11 @@ pub fn parse(
     for (i, k) in group_by.iter().enumerate() {
         if let Some(p) = k.strip_prefix("$record.") {
             dims.push((p.to_string(), Dim::Prop(p.to_string())));
+        } else if let Some((a, p)) = k.strip_prefix('$').and_then(|r| r.split_once('.')) {
+            dims.push((
+                p.to_string(),
+                Dim::AliasProp(format!("${a}"), p.to_string()),
+            ));
         } else if let Some(pos) = defs
             .iter()
             .position(|d| d.name == *k && matches!(d.func, AggFn::TimeBucket { .. }))
@@ -437,11 +464,18 @@ struct Acc {
     n: u64,
     best: Option<(PropType, Scalar)>,
     items: Vec<(PropType, Scalar)>,
+    /// `collect` of an alias without a field: the records themselves (id, JSON).
+    records: Vec<(uuid::Uuid, Value)>,
 }
 
 impl Acc {
     fn add(&mut self, def: &AggDef, r: &Record) {
         self.count += 1;
+        if def.field.is_none() && matches!(def.func, AggFn::Collect { .. }) {
+            self.records
+                .push((r.id, crate::protocol::render::flat_record(r)));
+            return;
+        }
         let Some(v) = def.field.as_ref().and_then(|f| r.props.get(f)) else {
             return;
         };
@@ -519,6 +553,19 @@ impl Acc {
                 skip,
                 limit,
             } => {
+                if !self.records.is_empty() {
+                    let mut seen = std::collections::HashSet::new();
+                    let it = self
+                        .records
+                        .iter()
+                        .filter(|(id, _)| !*unique || seen.insert(*id))
+                        .skip(*skip)
+                        .map(|(_, v)| v.clone());
+                    return Value::Array(match limit {
+                        Some(l) => it.take(*l).collect(),
+                        None => it.collect(),
+                    });
+                }
                 let mut items = self.items.clone();
                 if let Some(d) = desc {
                     items.sort_by(|(ta, a), (tb, b)| {
@@ -634,10 +681,15 @@ fn sort_rows(rows: &mut [Map<String, Value>], order: &[(String, bool)]) {
 
 /// The fields grouped aggregation reads: dimensions and aggregate inputs.
 pub fn fields(agg: &Aggregation) -> Vec<String> {
-    let mut f: Vec<String> = agg.defs.iter().filter_map(|d| d.field.clone()).collect();
+    let mut f: Vec<String> = agg
+        .defs
+        .iter()
+        .filter(|d| d.alias.is_none())
+        .filter_map(|d| d.field.clone())
+        .collect();
     f.extend(agg.dims.iter().filter_map(|(_, d)| match d {
         Dim::Prop(p) => Some(p.clone()),
-        Dim::Bucket(_) => None,
+        Dim::Bucket(_) | Dim::AliasProp(..) => None,
     }));
     f.sort();
     f.dedup();
@@ -656,17 +708,64 @@ fn page(agg: &Aggregation, mut rows: Vec<Map<String, Value>>) -> (Vec<Value>, u6
     (page, total)
 }
 
+/// The records an alias names for one root record (query/traverse.rs computes them).
+pub type Bind<'a> = dyn Fn(&str, &Record) -> Vec<Record> + 'a;
+
+/// The aliases the aggregation reads.
+pub fn aliases(agg: &Aggregation) -> Vec<String> {
+    let mut a: Vec<String> = agg.defs.iter().filter_map(|d| d.alias.clone()).collect();
+    a.extend(agg.dims.iter().filter_map(|(_, d)| match d {
+        Dim::AliasProp(a, _) => Some(a.clone()),
+        _ => None,
+    }));
+    a.sort();
+    a.dedup();
+    a
+}
+
+/// Bound records of one root, computed once per alias.
+struct Bound<'b> {
+    bind: &'b Bind<'b>,
+    cache: BTreeMap<String, Vec<Record>>,
+}
+
+impl Bound<'_> {
+    fn get(&mut self, alias: &str, r: &Record) -> &[Record] {
+        let bind = self.bind;
+        self.cache
+            .entry(alias.to_string())
+            .or_insert_with(|| bind(alias, r))
+    }
+}
+
+/// Feeds a root record to one aggregate: the record itself, or the records its alias names.
+fn feed(acc: &mut Acc, d: &AggDef, r: &Record, bound: &mut Bound<'_>) {
+    match &d.alias {
+        None => acc.add(d, r),
+        Some(a) => {
+            for b in bound.get(a, r) {
+                acc.add(d, b);
+            }
+        }
+    }
+}
+
 /// Rows without grouping: one per record (the record plus the keys computed over it), in
 /// the records' order, then ordered, skipped and limited as `agg` says.
 pub fn per_record(
     agg: &Aggregation,
     records: &[Record],
     record_json: impl Fn(&Record) -> Value,
+    bind: &Bind<'_>,
 ) -> (Vec<Value>, u64) {
     let mut rows = Vec::with_capacity(records.len());
     for r in records {
         let Value::Object(mut row) = record_json(r) else {
             continue;
+        };
+        let mut bound = Bound {
+            bind,
+            cache: BTreeMap::new(),
         };
         for d in &agg.defs {
             let v = match d.func {
@@ -676,7 +775,7 @@ pub fn per_record(
                     .unwrap_or(Value::Null),
                 _ => {
                     let mut acc = Acc::default();
-                    acc.add(d, r);
+                    feed(&mut acc, d, r, &mut bound);
                     acc.value(d)
                 }
             };
@@ -702,11 +801,32 @@ impl<'a> Grouper<'a> {
         }
     }
 
-    pub fn add(&mut self, r: &Record) {
+    pub fn add(&mut self, r: &Record, bind: &Bind<'_>) {
         let agg = self.agg;
+        let mut bound = Bound {
+            bind,
+            cache: BTreeMap::new(),
+        };
         let mut keys: Vec<Vec<Value>> = vec![vec![]];
         for (_, dim) in &agg.dims {
             let vals: Vec<Value> = match dim {
+                Dim::AliasProp(a, p) => {
+                    let mut vals: Vec<Value> = Vec::new();
+                    for b in bound.get(a, r) {
+                        if let Some(v) = b.props.get(p) {
+                            for e in &v.items {
+                                let j = e.to_json();
+                                if !vals.contains(&j) {
+                                    vals.push(j);
+                                }
+                            }
+                        }
+                    }
+                    if vals.is_empty() {
+                        vals.push(Value::Null);
+                    }
+                    vals
+                }
                 Dim::Prop(p) => match r.props.get(p) {
                     Some(v) if v.array && !v.items.is_empty() => {
                         v.items.iter().map(Scalar::to_json).collect()
@@ -734,7 +854,7 @@ impl<'a> Grouper<'a> {
                 .entry(text)
                 .or_insert_with(|| (k, vec![Acc::default(); agg.defs.len()]));
             for (acc, d) in entry.1.iter_mut().zip(&agg.defs) {
-                acc.add(d, r);
+                feed(acc, d, r, &mut bound);
             }
         }
     }

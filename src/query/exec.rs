@@ -7,8 +7,9 @@
 //! filter is re-checked on each ("residual"), except when the path alone answers it
 //! ("covered"): then `total` is a count of index keys and no record is read but the page.
 
-use super::filter::{Bound, FieldPred, Filter, IdPred, Operand, RangeOp};
+use super::filter::{Bound, FieldPred, Filter, Graph, IdPred, Operand, RangeOp};
 use super::order::{self, OrderKey};
+use super::traverse::{self, Walker};
 use crate::error::{Error, Result};
 use crate::model::{PropType, Record, Scalar};
 use crate::store::codec;
@@ -39,6 +40,8 @@ pub struct Explain {
     pub matched_rows: u64,
     pub covered: bool,
     pub index_order: bool,
+    /// How each traversal block is evaluated (from which side), in tree order.
+    pub traversal: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -68,6 +71,17 @@ enum Access {
     Index(IndexAccess),
     Labels(Vec<String>),
     All,
+}
+
+impl Access {
+    fn describe(&self) -> String {
+        match self {
+            Access::Ids(ids) => format!("id set ({} ids)", ids.len()),
+            Access::Index(ia) => ia.describe.clone(),
+            Access::Labels(ls) => format!("label scan ({})", ls.join(", ")),
+            Access::All => "full scan".into(),
+        }
+    }
 }
 
 fn flatten<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
@@ -346,6 +360,15 @@ impl<R: KvRead> Planner<'_, R> {
                         best = (Access::Ids(ids), n, 1);
                     }
                 }
+                Filter::Related(rel) => {
+                    if let Some(res) = &rel.resolved {
+                        let n = (res.sure.len() + res.maybe.len()) as u64;
+                        if n <= best.1 {
+                            let ids = res.sure.iter().chain(&res.maybe).copied().collect();
+                            best = (Access::Ids(ids), n, 0);
+                        }
+                    }
+                }
                 Filter::Field(name, FieldPred::Eq(o)) => options.extend(self.points(name, &[o])?),
                 Filter::Field(name, FieldPred::In(os)) => {
                     options.extend(self.points(name, &os.iter().collect::<Vec<_>>())?)
@@ -467,20 +490,22 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
         tenant,
         labels: &spec.labels,
     };
+    let (filter, traversal) = resolve_traversals(&planner, &spec.filter)?;
+    let spec = &SearchSpec {
+        filter,
+        ..spec.clone()
+    };
     let mut conj = Vec::new();
     flatten(&spec.filter, &mut conj);
     let (access, estimated, answers) = planner.plan(&conj)?;
     let covered = matches!(access, Access::Index(_) | Access::Labels(_) | Access::All)
-        && answers == conj.len();
+        && answers == conj.len()
+        && !spec.filter.has_related();
     let mut explain = Explain {
-        access: match &access {
-            Access::Ids(ids) => format!("id set ({} ids)", ids.len()),
-            Access::Index(ia) => ia.describe.clone(),
-            Access::Labels(ls) => format!("label scan ({})", ls.join(", ")),
-            Access::All => "full scan".into(),
-        },
+        access: access.describe(),
         estimated_rows: estimated,
         covered,
+        traversal,
         ..Default::default()
     };
     let want = spec.limit.map(|l| spec.offset.saturating_add(l));
@@ -617,9 +642,12 @@ fn visit_candidates<R: KvRead>(
 ) -> Result<(u64, u64)> {
     let rec_key = |id: &Uuid| rstore::record_key(tenant, id);
     let (mut examined, mut total) = (0u64, 0u64);
+    let walker = Walker::new(kv, tenant);
+    let graph: &dyn Graph = &walker;
     let mut check = |r: Record| -> Result<()> {
         examined += 1;
-        if (labels.is_empty() || labels.contains(&r.label)) && filter.eval(&r) {
+        if (labels.is_empty() || labels.contains(&r.label)) && filter.eval(&r, graph) {
+            walker.finish()?;
             total += 1;
             visit(r)?;
         }
@@ -670,6 +698,7 @@ fn visit_candidates<R: KvRead>(
             }
         }
     }
+    walker.finish()?;
     Ok((examined, total))
 }
 
@@ -685,6 +714,8 @@ pub fn for_each_match<R: KvRead>(
     visit: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<Explain> {
     let planner = Planner { kv, tenant, labels };
+    let (filter, traversal) = resolve_traversals(&planner, filter)?;
+    let filter = &filter;
     let mut conj = Vec::new();
     flatten(filter, &mut conj);
     let (access, estimated, _) = planner.plan(&conj)?;
@@ -706,12 +737,51 @@ pub fn for_each_match<R: KvRead>(
         visit,
     )?;
     Ok(Explain {
-        access: String::new(),
+        access: access.describe(),
         estimated_rows: estimated,
         examined_rows: examined,
         matched_rows: matched,
+        traversal,
         ..Default::default()
     })
+}
+
+/// Resolves the filter's traversal blocks that are cheaper from the related side (see
+/// query/traverse.rs), against the rows the root's own conditions leave.
+fn resolve_traversals<R: KvRead>(
+    planner: &Planner<'_, R>,
+    filter: &Filter,
+) -> Result<(Filter, Vec<String>)> {
+    if !filter.has_related() {
+        return Ok((filter.clone(), vec![]));
+    }
+    let mut conj = Vec::new();
+    flatten(filter, &mut conj);
+    conj.retain(|f| !matches!(f, Filter::Related(_)));
+    let (_, root_rows, _) = planner.plan(&conj)?;
+    let mut notes = Vec::new();
+    let f = traverse::prepare(planner.kv, planner.tenant, filter, root_rows, &mut notes)?;
+    Ok((f, notes))
+}
+
+/// Estimated matches of (labels, filter) by the planner's chosen access path.
+pub fn estimate<R: KvRead>(kv: &R, tenant: u64, labels: &[String], filter: &Filter) -> Result<u64> {
+    let planner = Planner { kv, tenant, labels };
+    let mut conj = Vec::new();
+    flatten(filter, &mut conj);
+    conj.retain(|f| !matches!(f, Filter::Related(_)));
+    Ok(planner.plan(&conj)?.1)
+}
+
+/// Streams the ids of every match of (labels, filter), reading as little as it can.
+pub fn for_each_id<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    labels: &[String],
+    filter: &Filter,
+    visit: &mut dyn FnMut(Uuid) -> Result<()>,
+) -> Result<Explain> {
+    for_each_match(kv, tenant, labels, filter, Some(&[]), &mut |r| visit(r.id))
 }
 
 /// Walks one label's run of a property index in value order, stopping after the page, and

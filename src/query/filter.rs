@@ -15,8 +15,12 @@ use crate::error::{Error, Result};
 use crate::model::datetime::{self, Instant};
 use crate::model::infer::number_scalar;
 use crate::model::{PropType, PropValue, Record, Scalar};
+use crate::store::relationships::EdgeFilter;
 use serde_json::{Map, Value};
 use std::cmp::Ordering;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// A comparison operand.
@@ -65,9 +69,61 @@ pub enum IdPred {
     Nin(Vec<Uuid>),
 }
 
+/// A related-label block (BEHAVIOUR.md §2 traversal): "at least one record reachable from
+/// this one over `edges` in `hops` (fewest relationships) that has `label` and satisfies
+/// `filter`". The record itself is never its own related record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Related {
+    /// The block's key; None (engine-internal, `relatedTo`) admits any label.
+    pub label: Option<String>,
+    /// Direction as seen from the current record (`Out`: current -> related) and types.
+    pub edges: EdgeFilter,
+    /// Inclusive distance range, 1 <= min <= max <= the hop cap.
+    pub hops: (u32, u32),
+    pub alias: Option<String>,
+    pub filter: Filter,
+    /// Set when the planner evaluates the block from the related side (query/traverse.rs).
+    pub resolved: Option<Arc<Resolved>>,
+}
+
+/// A block evaluated from the related side: the records that certainly satisfy it, the ones
+/// that need a check from their own side, and the block's targets.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Resolved {
+    pub sure: HashSet<Uuid>,
+    pub maybe: HashSet<Uuid>,
+    pub targets: HashSet<Uuid>,
+}
+
+/// Evaluates traversal blocks that were not resolved from the related side.
+pub trait Graph {
+    fn related(&self, rel: &Related, id: &Uuid) -> bool;
+}
+
+/// For filters without traversal (relationship property filters): no record is related.
+pub struct NoGraph;
+
+impl Graph for NoGraph {
+    fn related(&self, _: &Related, _: &Uuid) -> bool {
+        false
+    }
+}
+
+/// Largest `hops` a traversal may ask for (BEHAVIOUR.md §2: 10 unless configured higher).
+static MAX_HOPS: AtomicU32 = AtomicU32::new(10);
+
+pub fn set_max_hops(n: u32) {
+    MAX_HOPS.store(n.max(1), AtomicOrdering::Relaxed);
+}
+
+pub fn max_hops() -> u32 {
+    MAX_HOPS.load(AtomicOrdering::Relaxed)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Filter {
     True,
+    Related(Box<Related>),
     And(Vec<Filter>),
     Or(Vec<Filter>),
     Not(Box<Filter>),
@@ -128,12 +184,26 @@ pub fn instant_of(s: &Scalar) -> Option<Instant> {
     }
 }
 
-/// An operator object has only `$operator` keys. Anything else (a plain key, or the
-/// traversal markers `$alias` / `$relation`) makes the object a related-label block.
+/// Keys that only a where tree (not a field's operator object) holds.
+const TREE_KEYS: [&str; 7] = ["$alias", "$relation", "$id", "$and", "$or", "$nor", "$xor"];
+
+/// An operator object has only `$operator` keys. Anything else (a plain key, the traversal
+/// markers `$alias` / `$relation`, `$id` or a logical list) makes it a related-label block.
+/// `$not` is both a field operator (`{age: {$not: {$gt: 5}}}`) and a logical one inside a
+/// block (`{Order: {$not: {amount: 5}}}`): its argument decides.
 fn is_operator_object(m: &Map<String, Value>) -> bool {
     !m.is_empty()
-        && m.keys()
-            .all(|k| k.starts_with('$') && k != "$alias" && k != "$relation")
+        && m.iter().all(|(k, v)| {
+            k.starts_with('$')
+                && !TREE_KEYS.contains(&k.as_str())
+                && (k != "$not"
+                    || match v {
+                        Value::Object(inner) => {
+                            is_operator_object(inner) || is_component_object(inner)
+                        }
+                        _ => true,
+                    })
+        })
 }
 
 fn is_component_object(m: &Map<String, Value>) -> bool {
@@ -269,9 +339,7 @@ impl Parser {
                     Filter::And(parts)
                 })
             }
-            Value::Object(_) => Err(Error::unsupported(format!(
-                "{path}: related-record filters (traversal blocks)"
-            ))),
+            Value::Object(m) => self.block(name, m, path),
             Value::Array(_) => Err(bad(
                 path,
                 "an array is not a value to compare with; use $in",
@@ -378,6 +446,125 @@ impl Parser {
         }
     }
 
+    /// A related-label block: `$alias`, `$relation` and the where tree of the related record.
+    fn block(&mut self, label: &str, m: &Map<String, Value>, path: &str) -> Result<Filter> {
+        crate::query::check_label(label).map_err(|e| bad(path, e.message))?;
+        let mut rel = Related {
+            label: Some(label.to_string()),
+            edges: EdgeFilter::default(),
+            hops: (1, 1),
+            alias: None,
+            filter: Filter::True,
+            resolved: None,
+        };
+        let mut rest = Map::new();
+        for (k, v) in m {
+            let p = format!("{path}.{k}");
+            match k.as_str() {
+                "$alias" => match v.as_str() {
+                    Some(a) if a.len() > 1 && a.starts_with('$') && a != "$record" => {
+                        rel.alias = Some(a.to_string())
+                    }
+                    _ => return Err(bad(&p, "expected a name like \"$order\" (not $record)")),
+                },
+                "$relation" => self.relation(v, &p, &mut rel)?,
+                _ => {
+                    rest.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        rel.filter = self.tree(&Value::Object(rest), path)?;
+        Ok(Filter::Related(Box::new(rel)))
+    }
+
+    fn relation(&mut self, v: &Value, path: &str, rel: &mut Related) -> Result<()> {
+        let rel_type = |v: &Value, p: &str| -> Result<String> {
+            match v.as_str() {
+                Some(t) if !t.is_empty() => Ok(crate::model::canonical_type(t).to_string()),
+                _ => Err(bad(p, "expected a non-empty relationship type string")),
+            }
+        };
+        let m = match v {
+            Value::String(_) => {
+                rel.edges.types = vec![rel_type(v, path)?];
+                return Ok(());
+            }
+            Value::Object(m) => m,
+            _ => {
+                return Err(bad(
+                    path,
+                    "expected a type string or {type, direction, hops}",
+                ))
+            }
+        };
+        for (k, x) in m {
+            let p = format!("{path}.{k}");
+            match k.as_str() {
+                "type" => {
+                    rel.edges.types = match x {
+                        Value::Array(ts) if !ts.is_empty() => ts
+                            .iter()
+                            .enumerate()
+                            .map(|(i, t)| rel_type(t, &format!("{p}[{i}]")))
+                            .collect::<Result<_>>()?,
+                        _ => vec![rel_type(x, &p)?],
+                    }
+                }
+                "direction" => {
+                    rel.edges.dir = Some(crate::model::Direction::parse(
+                        x.as_str().unwrap_or(""),
+                        &p,
+                    )?)
+                }
+                "hops" => rel.hops = Self::hops(x, &p)?,
+                _ => {
+                    return Err(bad(
+                        &p,
+                        "unknown $relation key (expected type, direction, hops)",
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn hops(v: &Value, path: &str) -> Result<(u32, u32)> {
+        let cap = max_hops();
+        let one = |x: &Value, p: &str| -> Result<u32> {
+            match x.as_u64() {
+                Some(n) if n >= 1 && n <= u64::from(cap) => Ok(n as u32),
+                _ => Err(bad(p, format!("must be an integer from 1 to {cap}"))),
+            }
+        };
+        match v {
+            Value::Object(m) => {
+                for k in m.keys() {
+                    if k != "min" && k != "max" {
+                        return Err(bad(&format!("{path}.{k}"), "expected min or max"));
+                    }
+                }
+                let min = m
+                    .get("min")
+                    .map(|x| one(x, &format!("{path}.min")))
+                    .transpose()?
+                    .unwrap_or(1);
+                let max = m
+                    .get("max")
+                    .map(|x| one(x, &format!("{path}.max")))
+                    .transpose()?
+                    .unwrap_or(cap);
+                if min > max {
+                    return Err(bad(path, "min must not exceed max"));
+                }
+                Ok((min, max))
+            }
+            _ => {
+                let n = one(v, path)?;
+                Ok((n, n))
+            }
+        }
+    }
+
     fn tree(&mut self, v: &Value, path: &str) -> Result<Filter> {
         self.count(path)?;
         let m = match v {
@@ -396,9 +583,10 @@ impl Parser {
                 "$not" => Filter::Not(Box::new(self.tree(v, &p)?)),
                 "$id" => self.id_filter(v, &p)?,
                 "$alias" | "$relation" => {
-                    return Err(Error::unsupported(format!(
-                        "{p}: related-record filters ($alias, $relation)"
-                    )))
+                    return Err(bad(
+                        &p,
+                        "allowed only inside a related-label block (e.g. {\"Order\": {\"$relation\": ...}})",
+                    ))
                 }
                 op if op.starts_with('$') => {
                     return Err(bad(
@@ -505,14 +693,21 @@ impl FieldPred {
 }
 
 impl Filter {
-    pub fn eval(&self, r: &Record) -> bool {
+    /// Evaluates on a record; `g` answers traversal blocks not resolved beforehand.
+    pub fn eval(&self, r: &Record, g: &dyn Graph) -> bool {
         match self {
             Filter::True => true,
-            Filter::And(fs) => fs.iter().all(|f| f.eval(r)),
-            Filter::Or(fs) => fs.iter().any(|f| f.eval(r)),
-            Filter::Nor(fs) => !fs.iter().any(|f| f.eval(r)),
-            Filter::Xor(fs) => fs.iter().filter(|f| f.eval(r)).count() == 1,
-            Filter::Not(f) => !f.eval(r),
+            Filter::Related(rel) => match &rel.resolved {
+                Some(res) => {
+                    res.sure.contains(&r.id) || (res.maybe.contains(&r.id) && g.related(rel, &r.id))
+                }
+                None => g.related(rel, &r.id),
+            },
+            Filter::And(fs) => fs.iter().all(|f| f.eval(r, g)),
+            Filter::Or(fs) => fs.iter().any(|f| f.eval(r, g)),
+            Filter::Nor(fs) => !fs.iter().any(|f| f.eval(r, g)),
+            Filter::Xor(fs) => fs.iter().filter(|f| f.eval(r, g)).count() == 1,
+            Filter::Not(f) => !f.eval(r, g),
             Filter::Id(IdPred::In(ids)) => ids.contains(&r.id),
             Filter::Id(IdPred::Nin(ids)) => !ids.contains(&r.id),
             Filter::Field(name, p) => p.eval(r.props.get(name)),
@@ -527,7 +722,38 @@ impl Filter {
             }
             Filter::Not(f) => f.fields(out),
             Filter::Field(n, _) => out.push(n),
-            Filter::True | Filter::Id(_) => {}
+            Filter::True | Filter::Id(_) | Filter::Related(_) => {}
+        }
+    }
+
+    /// Whether the tree holds a traversal block.
+    pub fn has_related(&self) -> bool {
+        match self {
+            Filter::Related(_) => true,
+            Filter::And(fs) | Filter::Or(fs) | Filter::Nor(fs) | Filter::Xor(fs) => {
+                fs.iter().any(Filter::has_related)
+            }
+            Filter::Not(f) => f.has_related(),
+            _ => false,
+        }
+    }
+
+    /// The chain of blocks from the root down to the block declaring `alias`.
+    pub fn alias_chain<'a>(&'a self, alias: &str, out: &mut Vec<&'a Related>) -> bool {
+        match self {
+            Filter::Related(rel) => {
+                out.push(rel);
+                if rel.alias.as_deref() == Some(alias) || rel.filter.alias_chain(alias, out) {
+                    return true;
+                }
+                out.pop();
+                false
+            }
+            Filter::And(fs) | Filter::Or(fs) | Filter::Nor(fs) | Filter::Xor(fs) => {
+                fs.iter().any(|f| f.alias_chain(alias, out))
+            }
+            Filter::Not(f) => f.alias_chain(alias, out),
+            _ => false,
         }
     }
 }

@@ -194,7 +194,7 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limits: &Limits) -> Resu
 }
 
 /// Parses a body as a JSON object (an empty body is `{}`), after the depth check.
-fn parse_json(body: &Bytes, limits: &Limits) -> Result<Value> {
+pub(crate) fn parse_json(body: &Bytes, limits: &Limits) -> Result<Value> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }

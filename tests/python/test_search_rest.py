@@ -720,46 +720,52 @@ def test_invalid_where_does_not_delete(module_api):
     assert positions(ids, rest_find(module_api, {"labels": [label], "orderBy": "asc"})["data"]) == [0, 1]
 
 
-UNSUPPORTED = [
+TRAVERSALS = [
     ("related-label-block", {"AUTHOR": {"name": "x"}}),
     ("related-block-empty", {"AUTHOR": {}}),
     ("related-block-in-or", {"$or": [{"a": 1}, {"AUTHOR": {"name": "x"}}]}),
     ("related-block-with-alias", {"AUTHOR": {"$alias": "$author", "name": "x"}}),
     ("$relation", {"AUTHOR": {"$relation": "WROTE", "name": "x"}}),
-    ("$relation-top", {"$relation": {"type": "WROTE", "direction": "out"}}),
-    ("$alias-top", {"$alias": "$author"}),
 ]
 
 
-def _unsupported_params():
-    out = []
-    for case in UNSUPPORTED:
-        if hasattr(case, "marks"):  # a pytest.param(name, where, marks=...)
-            out.append(pytest.param(case.values[1], id=case.values[0], marks=case.marks))
-        else:
-            out.append(pytest.param(case[1], id=case[0]))
-    return out
+@pytest.mark.parametrize("name,where", TRAVERSALS, ids=[t[0] for t in TRAVERSALS])
+def test_traversal_blocks_parse_on_every_route(module_api, name, where):
+    """Blocks are accepted by search, find and Protocol v1 (test_relationships.py checks
+    what they match); with no related AUTHOR records nothing matches the block."""
+    label = unique("TRB")
+    seed(module_api, label, [{"a": 1}, {"a": 2}])
+    expected = 1 if name == "related-block-in-or" else 0
+    assert rest_find(module_api, {"labels": [label], "where": where})["total"] == expected
+    assert rest_find(module_api, {"labels": [label], "where": where}, FIND)["total"] == expected
+    r = module_api.protocol({"kind": "query", "query": {"kind": "records", "query": {"labels": [label], "predicate": where}}})
+    assert r.status_code == 200 and r.json()["response"]["total"] == expected
 
 
-@pytest.mark.parametrize("where", _unsupported_params())
-def test_traversal_blocks_are_501(module_api, where):
-    assert_rest_error(module_api.post(SEARCH, {"where": where}), 501, "unsupported")
-    assert_rest_error(module_api.post(FIND, {"labels": ["BOOK"], "where": where}), 501, "unsupported")
-    r = module_api.protocol({"kind": "query", "query": {"kind": "records", "query": {"predicate": where}}})
-    assert_protocol_error(r, 501, "unsupported")
+@pytest.mark.parametrize("where,path", [
+    ({"$relation": {"type": "WROTE", "direction": "out"}}, "where.$relation"),
+    ({"$alias": "$author"}, "where.$alias"),
+    ({"AUTHOR": {"$relation": {"direction": "up"}}}, "where.AUTHOR.$relation.direction"),
+    ({"AUTHOR": {"$relation": {"hops": {"min": 3, "max": 2}}}}, "where.AUTHOR.$relation.hops"),
+    ({"AUTHOR": {"$relation": {"hops": 0}}}, "where.AUTHOR.$relation.hops"),
+    ({"AUTHOR": {"$relation": {"kind": "x"}}}, "where.AUTHOR.$relation.kind"),
+    ({"AUTHOR": {"$alias": "record"}}, "where.AUTHOR.$alias"),
+])
+def test_bad_traversal_is_400_naming_the_path(module_api, where, path):
+    assert_rest_error(module_api.post(SEARCH, {"where": where}), 400, "invalid_argument", message_contains=[path])
 
 
-def test_traversal_block_in_delete_is_501_and_deletes_nothing(module_api):
+def test_traversal_block_in_delete_deletes_only_matches(module_api):
     label = unique("TRDEL")
     ids = seed(module_api, label, [{"a": 1}])
     r = module_api.post("/api/v1/records/delete", {"labels": [label], "where": {"AUTHOR": {"a": 1}}})
-    assert_rest_error(r, 501, "unsupported")
+    assert r.status_code == 201, r.text
     assert positions(ids, rest_find(module_api, {"labels": [label]})["data"]) == [0]
 
 
-def test_aggregate_over_related_alias_is_501(module_api):
+def test_aggregate_over_undeclared_alias_is_400(module_api):
     body = {"labels": ["BOOK"], "aggregate": {"n": {"fn": "count", "alias": "$author"}}}
-    assert_rest_error(module_api.post(SEARCH, body), 501, "unsupported")
+    assert_rest_error(module_api.post(SEARCH, body), 400, "invalid_argument", message_contains=["$author"])
 
 
 # ---------------------------------------------------------------------------------------

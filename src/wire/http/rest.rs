@@ -19,6 +19,8 @@ use serde_json::{json, Map, Value};
 
 use crate::protocol::render::Flat;
 
+mod relationships;
+
 fn property_json(p: &PropertyInfo) -> Value {
     json!({"id": p.id.to_string(), "name": p.name, "type": p.ty.name(), "metadata": "", "recordsCount": p.records_count})
 }
@@ -42,7 +44,7 @@ struct Listed<T> {
     total: u64,
 }
 
-fn ok<T: serde::Serialize>(status: u16, data: T) -> HttpResponse {
+pub(super) fn ok<T: serde::Serialize>(status: u16, data: T) -> HttpResponse {
     json_response(
         status,
         &Ok {
@@ -53,7 +55,11 @@ fn ok<T: serde::Serialize>(status: u16, data: T) -> HttpResponse {
 }
 
 /// A list result: SPEC.md's `data: {data, total}`, or flat `data: [...], total`.
-fn list<T: serde::Serialize>(state: &HttpState, items: Vec<T>, total: u64) -> HttpResponse {
+pub(super) fn list<T: serde::Serialize>(
+    state: &HttpState,
+    items: Vec<T>,
+    total: u64,
+) -> HttpResponse {
     if state.flat_lists {
         json_response(
             200,
@@ -85,7 +91,7 @@ struct CreateBody {
 /// SearchDto (SPEC.md), translated into a QueryDocument.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SearchBody {
+pub(super) struct SearchBody {
     #[serde(default)]
     limit: Option<i64>,
     #[serde(default)]
@@ -105,7 +111,7 @@ struct SearchBody {
 }
 
 impl SearchBody {
-    fn document(self) -> QueryDocument {
+    pub(super) fn document(self) -> QueryDocument {
         QueryDocument {
             labels: self.labels,
             predicate: self.where_,
@@ -115,6 +121,7 @@ impl SearchBody {
             select: self.select,
             aggregate: self.aggregate,
             group_by: self.group_by,
+            related_to: None,
         }
     }
 }
@@ -288,6 +295,42 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
             }
             .await
         }),
+        (&Method::POST, ["records", id, "relationships"]) => (
+            "/api/v1/records/{id}/relationships",
+            relationships::attach(state, &meta, req, id).await,
+        ),
+        (&Method::GET, ["records", id, "relationships"]) => (
+            "/api/v1/records/{id}/relationships",
+            relationships::list_of_record(state, &meta, req, id).await,
+        ),
+        (&Method::PUT, ["records", id, "relationships"]) => (
+            "/api/v1/records/{id}/relationships",
+            relationships::detach(state, &meta, req, id).await,
+        ),
+        (&Method::POST, ["records", id, "search"]) => (
+            "/api/v1/records/{id}/search",
+            relationships::search_related(state, &meta, req, id).await,
+        ),
+        (&Method::POST, ["relationships", "search"]) => (
+            "/api/v1/relationships/search",
+            relationships::search(state, &meta, req).await,
+        ),
+        (&Method::POST, ["relationships", "create-many"]) => (
+            "/api/v1/relationships/create-many",
+            relationships::bulk(state, &meta, req, false).await,
+        ),
+        (&Method::POST, ["relationships", "delete-many"]) => (
+            "/api/v1/relationships/delete-many",
+            relationships::bulk(state, &meta, req, true).await,
+        ),
+        (&Method::POST, ["relationships", id]) if *id != "patterns" => (
+            "/api/v1/relationships/{id}",
+            relationships::attach(state, &meta, req, id).await,
+        ),
+        (&Method::PUT, ["relationships", id]) if *id != "patterns" => (
+            "/api/v1/relationships/{id}",
+            relationships::detach(state, &meta, req, id).await,
+        ),
         (&Method::GET, ["sdk", "settings"]) => ("/api/v1/sdk/settings", {
             match state.engine.authenticate(meta.credential.as_deref()) {
                 Ok(_) => Ok(super::settings(state)),
@@ -317,10 +360,6 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
 /// (after authentication) rather than 404, naming the capability.
 fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static str)> {
     Some(match (method, segs) {
-        (&Method::POST, ["records", _, "search"]) => (
-            "/api/v1/records/{id}/search",
-            "search among related records",
-        ),
         (&Method::POST, ["records", "import", "json"]) => {
             ("/api/v1/records/import/json", "JSON import")
         }
@@ -330,10 +369,10 @@ fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static
         (&Method::POST, ["records", "export", "csv"]) => {
             ("/api/v1/records/export/csv", "CSV export")
         }
-        (_, ["records", _, "relationships"]) => {
-            ("/api/v1/records/{id}/relationships", "relationships")
-        }
-        (_, ["relationships", ..]) => ("/api/v1/relationships", "relationships"),
+        (_, ["relationships", "patterns", ..]) => (
+            "/api/v1/relationships/patterns",
+            "relationship-pattern suggestions (a hosted-offering feature)",
+        ),
         (_, ["tx", ..]) => ("/api/v1/tx", "transactions"),
         (_, ["query", "raw"]) => (
             "/api/v1/query/raw",
@@ -345,13 +384,13 @@ fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static
     })
 }
 
-fn unexpected(o: Outcome) -> HttpResponse {
+pub(super) fn unexpected(o: Outcome) -> HttpResponse {
     rest_error(&Error::internal(format!(
         "unexpected outcome for route: {o:?}"
     )))
 }
 
-async fn run(state: &HttpState, meta: &RequestMeta, op: Operation) -> Result<Outcome> {
+pub(super) async fn run(state: &HttpState, meta: &RequestMeta, op: Operation) -> Result<Outcome> {
     state
         .engine
         .execute(meta.envelope(Transport::Rest, None, op))

@@ -1,0 +1,620 @@
+//! Relationship operations: link and unlink by id, bulk link and unlink by key match
+//! (SPEC.md "Bulk relationship selector"), and relationship search and listing. Validation
+//! follows SPEC.md "Relationship validation rules"; BEHAVIOUR.md §3 decides the rest.
+
+use super::{Engine, Outcome};
+use crate::error::{Error, Result};
+use crate::model::infer::{infer_value, InferOptions};
+use crate::model::{
+    canonical_type, parse_uuid_v7, Direction, PropValue, Record, Relationship,
+    DEFAULT_RELATION_TYPE, RESERVED_RELATIONSHIP_NAMES,
+};
+use crate::protocol::{
+    render, LinkByIdCommand, LinkCommand, LinkSide, OneOrMany, RelationshipQuery, UnlinkByIdCommand,
+};
+use crate::query::exec;
+use crate::query::filter::{self, Filter, NoGraph};
+use crate::query::order::{self, OrderKey};
+use crate::query::traverse::Walker;
+use crate::query::{check_label, paging};
+use crate::store::kv::KvRead;
+use crate::store::records::{self as rstore, WriteOp, WriteOutcome};
+use crate::store::relationships::{self as rels, EdgeFilter, LinkRel, UnlinkRel};
+use crate::store::{keys, Tenant};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use uuid::Uuid;
+
+/// Most relationships one bulk link or unlink may touch (a cartesian product grows fast).
+pub const MAX_BULK_PAIRS: usize = 1_000_000;
+/// Default page of relationship list and search (SPEC.md "Limits").
+const DEFAULT_REL_LIMIT: i64 = 1000;
+
+fn ids(v: &OneOrMany, what: &str) -> Result<Vec<Uuid>> {
+    let list: Vec<&String> = match v {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v.iter().collect(),
+    };
+    if list.is_empty() {
+        return Err(Error::invalid(format!("{what} must not be empty")));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let p = format!("{what}[{i}]");
+            if s.is_empty() {
+                return Err(Error::invalid(format!("{p} must not be an empty string")));
+            }
+            parse_uuid_v7(s, &p)
+        })
+        .collect()
+}
+
+fn rel_type(t: Option<&str>, what: &str) -> Result<String> {
+    match t {
+        None => Ok(DEFAULT_RELATION_TYPE.to_string()),
+        Some("") => Err(Error::invalid(format!(
+            "{what} must not be an empty string"
+        ))),
+        Some(t) => Ok(canonical_type(t).to_string()),
+    }
+}
+
+fn direction(d: Option<&str>, what: &str) -> Result<Option<Direction>> {
+    d.map(|d| Direction::parse(d, what)).transpose()
+}
+
+/// Relationship properties: scalars or homogeneous scalar arrays; reserved names are a 400.
+fn rel_props(m: Option<&Map<String, Value>>) -> Result<BTreeMap<String, PropValue>> {
+    let mut out = BTreeMap::new();
+    for (k, v) in m.into_iter().flatten() {
+        let p = format!("properties.{k}");
+        if RESERVED_RELATIONSHIP_NAMES.contains(&k.as_str()) {
+            return Err(Error::invalid(format!(
+                "{p}: '{k}' is a reserved relationship field"
+            )));
+        }
+        crate::model::check_property_name(k)
+            .map_err(|e| Error::invalid(format!("{p}: {}", e.message)))?;
+        if let Value::Array(items) = v {
+            let kind = |x: &Value| match x {
+                Value::String(_) => 0,
+                Value::Number(_) => 1,
+                Value::Bool(_) => 2,
+                _ => 3,
+            };
+            if items.iter().any(|x| kind(x) == 3)
+                || items.windows(2).any(|w| kind(&w[0]) != kind(&w[1]))
+            {
+                return Err(Error::invalid(format!(
+                    "{p}: arrays must hold scalars of one type"
+                )));
+            }
+        }
+        if let Some(pv) = infer_value(k, v, InferOptions::default())
+            .map_err(|e| Error::invalid(format!("{p}: {}", e.message)))?
+        {
+            out.insert(k.clone(), pv);
+        }
+    }
+    Ok(out)
+}
+
+fn affected(out: Vec<WriteOutcome>) -> Outcome {
+    Outcome::Affected(
+        out.iter()
+            .map(|o| match o {
+                WriteOutcome::Affected(n) => *n,
+                WriteOutcome::Record(_) => 0,
+            })
+            .sum(),
+    )
+}
+
+/// The parsed selector of one side of a bulk link.
+struct Side {
+    label: String,
+    key: Option<String>,
+    filter: Filter,
+}
+
+fn side(s: &LinkSide, what: &str, cartesian: bool) -> Result<Side> {
+    check_label(&s.label).map_err(|e| Error::invalid(format!("{what}.label: {}", e.message)))?;
+    let non_empty = matches!(&s.predicate, Some(Value::Object(m)) if !m.is_empty());
+    if cartesian && !non_empty {
+        return Err(Error::invalid(format!(
+            "{what}.where: manyToMany requires a non-empty where on both source and target"
+        )));
+    }
+    let key = s.property.clone().filter(|k| !k.is_empty());
+    if !cartesian && key.is_none() {
+        return Err(Error::invalid(format!(
+            "{what}.key is required unless manyToMany is true"
+        )));
+    }
+    Ok(Side {
+        label: s.label.clone(),
+        key,
+        filter: filter::parse(s.predicate.as_ref(), &format!("{what}.where"))?,
+    })
+}
+
+impl Engine {
+    pub(super) async fn link_by_id(&self, tenant: Tenant, c: LinkByIdCommand) -> Result<Outcome> {
+        let sources = ids(&c.source_ids, "sourceIds")?;
+        let targets = ids(&c.target_ids, "targetIds")?;
+        let ty = rel_type(c.relation_type.as_deref(), "type")?;
+        let dir = direction(c.direction.as_deref(), "direction")?.unwrap_or(Direction::Out);
+        let props = rel_props(c.properties.as_ref())?;
+        if self.store.tenant_id(&tenant).is_none() {
+            return Err(Error::not_found(format!("record {} not found", sources[0])));
+        }
+        let mut ops = Vec::with_capacity(sources.len() * targets.len());
+        for s in &sources {
+            for t in &targets {
+                let (source, target) = match dir {
+                    Direction::Out => (*s, *t),
+                    Direction::In => (*t, *s),
+                };
+                ops.push(WriteOp::Link(LinkRel {
+                    source,
+                    target,
+                    rel_type: ty.clone(),
+                    props: props.clone(),
+                    unique: true,
+                }));
+            }
+        }
+        Ok(affected(self.store.write(tenant, ops).await?))
+    }
+
+    pub(super) async fn unlink_by_id(
+        &self,
+        tenant: Tenant,
+        c: UnlinkByIdCommand,
+    ) -> Result<Outcome> {
+        let sources = ids(&c.source_ids, "sourceIds")?;
+        let targets = ids(&c.target_ids, "targetIds")?;
+        let types = c
+            .relation_types
+            .unwrap_or_default()
+            .iter()
+            .map(|t| rel_type(Some(t), "typeOrTypes"))
+            .collect::<Result<Vec<_>>>()?;
+        let dir = direction(c.direction.as_deref(), "direction")?;
+        if self.store.tenant_id(&tenant).is_none() {
+            return Ok(Outcome::Affected(0));
+        }
+        let ops = sources
+            .into_iter()
+            .map(|node| {
+                WriteOp::Unlink(UnlinkRel {
+                    node,
+                    others: targets.clone(),
+                    filter: EdgeFilter {
+                        dir,
+                        types: types.clone(),
+                    },
+                })
+            })
+            .collect();
+        Ok(affected(self.store.write(tenant, ops).await?))
+    }
+
+    /// Bulk link (or unlink) by key match or, with `allowCartesian`, every pair.
+    pub(super) async fn link_many(
+        &self,
+        tenant: Tenant,
+        c: LinkCommand,
+        unlink: bool,
+    ) -> Result<Outcome> {
+        let cartesian = c.allow_cartesian.unwrap_or(false);
+        let src = side(&c.source, "source", cartesian)?;
+        let tgt = side(&c.target, "target", cartesian)?;
+        let dir = direction(c.direction.as_deref(), "direction")?.unwrap_or(Direction::Out);
+        let ty = match (&c.relation_type, unlink) {
+            (None, true) => None,
+            (t, _) => Some(rel_type(t.as_deref(), "type")?),
+        };
+        let props = rel_props(c.properties.as_ref())?;
+        let Some(t) = self.store.tenant_id(&tenant) else {
+            return Ok(Outcome::Affected(0));
+        };
+        let store = self.store.clone();
+        let pairs = tokio::task::spawn_blocking(move || -> Result<Vec<(Uuid, Uuid)>> {
+            let snap = store.snapshot()?;
+            bulk_pairs(&snap, t, &src, &tgt)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("bulk link task failed: {e}")))??;
+        if pairs.is_empty() {
+            return Ok(Outcome::Affected(0));
+        }
+        let ops: Vec<WriteOp> = if unlink {
+            let mut by_source: BTreeMap<Uuid, Vec<Uuid>> = BTreeMap::new();
+            for (s, g) in pairs {
+                by_source.entry(s).or_default().push(g);
+            }
+            let filter = EdgeFilter {
+                dir: Some(dir),
+                types: ty.into_iter().collect(),
+            };
+            by_source
+                .into_iter()
+                .map(|(node, others)| {
+                    WriteOp::Unlink(UnlinkRel {
+                        node,
+                        others,
+                        filter: filter.clone(),
+                    })
+                })
+                .collect()
+        } else {
+            let ty = ty.unwrap_or_else(|| DEFAULT_RELATION_TYPE.to_string());
+            pairs
+                .into_iter()
+                .map(|(s, g)| {
+                    let (source, target) = match dir {
+                        Direction::Out => (s, g),
+                        Direction::In => (g, s),
+                    };
+                    WriteOp::Link(LinkRel {
+                        source,
+                        target,
+                        rel_type: ty.clone(),
+                        props: props.clone(),
+                        unique: true,
+                    })
+                })
+                .collect()
+        };
+        Ok(affected(self.store.write(tenant, ops).await?))
+    }
+
+    /// Relationship search and the relationships of one record.
+    pub(super) async fn find_relationships(
+        &self,
+        tenant: &Tenant,
+        q: RelationshipQuery,
+    ) -> Result<Outcome> {
+        let spec = RelSpec::parse(q)?;
+        let Some(t) = self.store.tenant_id(tenant) else {
+            if let Some(id) = spec.record {
+                return Err(Error::not_found(format!("record {id} not found")));
+            }
+            return Ok(Outcome::Relationships {
+                relationships: vec![],
+                total: 0,
+            });
+        };
+        let store = self.store.clone();
+        let (relationships, total) = tokio::task::spawn_blocking(move || {
+            let snap = store.snapshot()?;
+            spec.run(&snap, t)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("relationship search task failed: {e}")))??;
+        Ok(Outcome::Relationships {
+            relationships,
+            total,
+        })
+    }
+}
+
+/// Matching (source, target) pairs of a bulk selector, never a record with itself.
+fn bulk_pairs<R: KvRead>(kv: &R, t: u64, src: &Side, tgt: &Side) -> Result<Vec<(Uuid, Uuid)>> {
+    let collect = |s: &Side| -> Result<Vec<Record>> {
+        let fields: Vec<&str> = s.key.iter().map(String::as_str).collect();
+        let mut out = Vec::new();
+        exec::for_each_match(
+            kv,
+            t,
+            std::slice::from_ref(&s.label),
+            &s.filter,
+            Some(&fields),
+            &mut |r| {
+                out.push(r);
+                Ok(())
+            },
+        )?;
+        Ok(out)
+    };
+    let (sources, targets) = (collect(src)?, collect(tgt)?);
+    let too_many = || {
+        Error::invalid(format!(
+            "the selectors match more than {MAX_BULK_PAIRS} pairs; narrow source.where or target.where"
+        ))
+    };
+    let mut pairs = Vec::new();
+    match (&src.key, &tgt.key) {
+        (Some(sk), Some(tk)) => {
+            // Key values by their order-preserving encoding: type-strict, one numeric order.
+            let enc = |ty, v| keys::Key(vec![]).scalar(ty, v).0;
+            let mut by_value: HashMap<Vec<u8>, Vec<Uuid>> = HashMap::new();
+            for r in &targets {
+                if let Some(v) = r.props.get(tk) {
+                    for e in &v.items {
+                        by_value.entry(enc(v.ty, e)).or_default().push(r.id);
+                    }
+                }
+            }
+            for r in &sources {
+                let Some(v) = r.props.get(sk) else { continue };
+                let mut seen = HashSet::new();
+                for e in &v.items {
+                    for g in by_value.get(&enc(v.ty, e)).into_iter().flatten() {
+                        if *g != r.id && seen.insert(*g) {
+                            pairs.push((r.id, *g));
+                            if pairs.len() > MAX_BULK_PAIRS {
+                                return Err(too_many());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        _ => {
+            if sources.len().saturating_mul(targets.len()) > MAX_BULK_PAIRS * 2 {
+                return Err(too_many());
+            }
+            for s in &sources {
+                for g in &targets {
+                    if s.id != g.id {
+                        pairs.push((s.id, g.id));
+                    }
+                }
+            }
+            if pairs.len() > MAX_BULK_PAIRS {
+                return Err(too_many());
+            }
+        }
+    }
+    Ok(pairs)
+}
+
+/// A parsed relationship query.
+struct RelSpec {
+    source_labels: Vec<String>,
+    target_labels: Vec<String>,
+    source: Filter,
+    target: Filter,
+    types: Vec<String>,
+    props: Filter,
+    dir: Option<Direction>,
+    order: Vec<OrderKey>,
+    offset: usize,
+    limit: usize,
+    record: Option<Uuid>,
+}
+
+fn string_list(v: &Value, what: &str) -> Result<Vec<String>> {
+    match v {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::invalid(format!("{what}[{i}]: expected a string")))
+            })
+            .collect(),
+        Value::Object(m) => match m.get("$in").or_else(|| m.get("$eq")) {
+            Some(x) if m.len() == 1 => string_list(x, what),
+            _ => Err(Error::invalid(format!(
+                "{what}: expected a string, an array of strings or {{$in: [...]}}"
+            ))),
+        },
+        _ => Err(Error::invalid(format!(
+            "{what}: expected a string or an array of strings"
+        ))),
+    }
+}
+
+fn and(a: Filter, b: Filter) -> Filter {
+    match (a, b) {
+        (Filter::True, f) | (f, Filter::True) => f,
+        (a, b) => Filter::And(vec![a, b]),
+    }
+}
+
+impl RelSpec {
+    fn parse(q: RelationshipQuery) -> Result<RelSpec> {
+        let mut source_labels = q.source_labels.unwrap_or_default();
+        let mut target_labels = q.target_labels.unwrap_or_default();
+        let mut source = filter::parse(q.source_predicate.as_ref(), "source.where")?;
+        let mut target = filter::parse(q.target_predicate.as_ref(), "target.where")?;
+        let mut types = match &q.relation_type {
+            None | Some(Value::Null) => vec![],
+            Some(v) => string_list(v, "type")?,
+        };
+        // The predicate filters relationship properties; a few keys name other parts
+        // (SPEC.md "Relationship search body").
+        let mut rest = Map::new();
+        let mut dir_in_where = None;
+        if let Some(p) = &q.predicate {
+            let Value::Object(m) = p else {
+                return Err(Error::invalid("where: expected an object"));
+            };
+            for (k, v) in m {
+                match k.as_str() {
+                    "type" => types.extend(string_list(v, "where.type")?),
+                    "direction" => {
+                        dir_in_where = Some(
+                            v.as_str()
+                                .ok_or_else(|| {
+                                    Error::invalid("where.direction: expected \"in\" or \"out\"")
+                                })?
+                                .to_string(),
+                        )
+                    }
+                    "sourceLabel" => source_labels.extend(string_list(v, "where.sourceLabel")?),
+                    "targetLabel" => target_labels.extend(string_list(v, "where.targetLabel")?),
+                    "sourceRecord" => {
+                        source = and(source, filter::parse(Some(v), "where.sourceRecord")?)
+                    }
+                    "targetRecord" => {
+                        target = and(target, filter::parse(Some(v), "where.targetRecord")?)
+                    }
+                    _ => {
+                        rest.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        let props = filter::parse(Some(&Value::Object(rest)), "where")?;
+        if props.has_related() {
+            return Err(Error::invalid(
+                "where: relationship property filters cannot hold related-label blocks (use source.where / target.where)",
+            ));
+        }
+        for l in source_labels.iter().chain(&target_labels) {
+            check_label(l)?;
+        }
+        for t in types.iter_mut() {
+            *t = rel_type(Some(t), "type")?;
+        }
+        let (offset, limit) = paging(q.offset, q.limit, DEFAULT_REL_LIMIT)?;
+        Ok(RelSpec {
+            source_labels,
+            target_labels,
+            source,
+            target,
+            types,
+            props,
+            dir: direction(
+                q.direction.as_deref().or(dir_in_where.as_deref()),
+                "direction",
+            )?,
+            order: order::parse(q.order.as_ref(), "orderBy")?,
+            offset,
+            limit,
+            record: q
+                .record_id
+                .as_deref()
+                .map(|id| parse_uuid_v7(id, "record id"))
+                .transpose()?,
+        })
+    }
+
+    /// The record's label when it passes the source (or target) selector.
+    fn side_ok<R: KvRead>(
+        &self,
+        (kv, t, w): (&R, u64, &Walker<'_, R>),
+        id: &Uuid,
+        is_source: bool,
+        cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>,
+    ) -> Result<Option<String>> {
+        let (labels, f) = if is_source {
+            (&self.source_labels, &self.source)
+        } else {
+            (&self.target_labels, &self.target)
+        };
+        if let Some(hit) = cache.get(&(*id, is_source)) {
+            return Ok(hit.as_ref().filter(|(ok, _)| *ok).map(|(_, l)| l.clone()));
+        }
+        let rec = rstore::get_record(kv, t, id)?;
+        let res = rec.map(|r| {
+            let ok = (labels.is_empty() || labels.contains(&r.label)) && f.eval(&r, w);
+            (ok, r.label)
+        });
+        w.finish()?;
+        cache.insert((*id, is_source), res.clone());
+        Ok(res.filter(|(ok, _)| *ok).map(|(_, l)| l))
+    }
+
+    /// (source label, target label) when the relationship matches in the given orientation.
+    fn matches<R: KvRead>(
+        &self,
+        kv: &R,
+        t: u64,
+        w: &Walker<'_, R>,
+        rel: &Relationship,
+        swapped: bool,
+        cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>,
+    ) -> Result<Option<(String, String)>> {
+        let (a, b) = if swapped {
+            (&rel.target, &rel.source)
+        } else {
+            (&rel.source, &rel.target)
+        };
+        let Some(la) = self.side_ok((kv, t, w), a, true, cache)? else {
+            return Ok(None);
+        };
+        let Some(lb) = self.side_ok((kv, t, w), b, false, cache)? else {
+            return Ok(None);
+        };
+        Ok(Some(if swapped { (lb, la) } else { (la, lb) }))
+    }
+
+    fn run<R: KvRead>(&self, kv: &R, t: u64) -> Result<(Vec<Value>, u64)> {
+        let w = Walker::new(kv, t);
+        let mut cache = HashMap::new();
+        let mut hits: Vec<(Record, String, String, Relationship)> = Vec::new();
+        let mut consider = |mut rel: Relationship,
+                            cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>|
+         -> Result<()> {
+            if !self.types.is_empty() && !self.types.contains(&rel.rel_type) {
+                return Ok(());
+            }
+            let probe = Record {
+                id: rel.id,
+                label: rel.rel_type.clone(),
+                row: rel.row,
+                version: rel.version,
+                props: std::mem::take(&mut rel.props),
+            };
+            if !self.props.eval(&probe, &NoGraph) {
+                return Ok(());
+            }
+            let found = match self.dir {
+                Some(Direction::Out) => self.matches(kv, t, &w, &rel, false, cache)?,
+                Some(Direction::In) => self.matches(kv, t, &w, &rel, true, cache)?,
+                None => match self.matches(kv, t, &w, &rel, false, cache)? {
+                    Some(x) => Some(x),
+                    None => self.matches(kv, t, &w, &rel, true, cache)?,
+                },
+            };
+            if let Some((sl, tl)) = found {
+                hits.push((probe, sl, tl, rel));
+            }
+            Ok(())
+        };
+        match self.record {
+            Some(id) => {
+                if rstore::get_record(kv, t, &id)?.is_none() {
+                    return Err(Error::not_found(format!("record {id} not found")));
+                }
+                let mut seen = HashSet::new();
+                let mut found = Vec::new();
+                rels::edges(kv, t, &id, &EdgeFilter::default(), &mut |e| {
+                    if seen.insert(e.rel) {
+                        found.push(e.rel);
+                    }
+                    Ok(true)
+                })?;
+                for rid in found {
+                    if let Some(rel) = rels::get_relationship(kv, t, &rid)? {
+                        consider(rel, &mut cache)?;
+                    }
+                }
+            }
+            None => rels::scan_relationships(kv, t, &mut |rel| {
+                consider(rel, &mut cache)?;
+                Ok(true)
+            })?,
+        }
+        let total = hits.len() as u64;
+        hits.sort_by(|a, b| order::compare(&self.order, &a.0, &b.0));
+        let page = hits
+            .into_iter()
+            .skip(self.offset)
+            .take(self.limit)
+            .map(|(probe, sl, tl, mut rel)| {
+                rel.props = probe.props;
+                render::relationship(&rel, &sl, &tl)
+            })
+            .collect();
+        Ok((page, total))
+    }
+}

@@ -1,0 +1,384 @@
+"""Relationships through REST and through the `rushdb` 3.0 SDK in direct mode (Protocol v1):
+attach, detach, list, search, create-many / delete-many by key and many-to-many, search
+among related records, traversal blocks with $relation / $alias, describe schema, the
+validation rules of SPEC.md, and cascading deletes (no dangling relationship, checked by
+scanning every relationship).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from rushdb import RushDB, RushDBError
+
+from conftest import DEV_TOKEN, assert_rest_error, unique
+
+DEFAULT_TYPE = "__SERVICE__RELATION__DEFAULT__"
+
+
+def rels_of(api, rid, **params):
+    r = api.get(f"/api/v1/records/{rid}/relationships", params=params)
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def rel_search(api, body):
+    r = api.post("/api/v1/relationships/search", body)
+    assert r.status_code == 200, f"{body} -> {r.text}"
+    return r.json()["data"]
+
+
+def find_ids(api, body):
+    r = api.post("/api/v1/records/search", body)
+    assert r.status_code == 200, f"{body} -> {r.text}"
+    return {rec["__id"] for rec in r.json()["data"]["data"]}
+
+
+def all_relationships(api):
+    out, skip = [], 0
+    while True:
+        page = rel_search(api, {"skip": skip, "limit": 1000})
+        out.extend(page["data"])
+        if len(page["data"]) < 1000:
+            return out
+        skip += 1000
+
+
+@pytest.fixture()
+def shop(api):
+    """Two customers, three orders, two items; Ann placed o1 and o2, Bob placed o3."""
+    ann = api.create("Customer", {"name": "Ann", "country": "DE"})
+    bob = api.create("Customer", {"name": "Bob", "country": "FR"})
+    o1 = api.create("Order", {"n": 1, "amount": 10})
+    o2 = api.create("Order", {"n": 2, "amount": 20})
+    o3 = api.create("Order", {"n": 3, "amount": 30})
+    i1 = api.create("Item", {"sku": "a", "price": 5})
+    i2 = api.create("Item", {"sku": "b", "price": 50})
+    for src, tgts in [(ann, [o1, o2]), (bob, [o3])]:
+        r = api.post(f"/api/v1/records/{src}/relationships", {"targetIds": tgts, "type": "PLACED"})
+        assert r.status_code == 201, r.text
+    for o, items in [(o1, [i1]), (o2, [i1, i2]), (o3, [i2])]:
+        r = api.post(f"/api/v1/relationships/{o}", {"targetIds": items, "type": "CONTAINS"})
+        assert r.status_code == 201, r.text
+    return dict(ann=ann, bob=bob, o1=o1, o2=o2, o3=o3, i1=i1, i2=i2)
+
+
+def test_attach_list_and_relationship_json(api, shop):
+    data = rels_of(api, shop["ann"])
+    assert data["total"] == 2
+    for rel in data["data"]:
+        assert set(rel) == {"id", "sourceId", "sourceLabel", "targetId", "targetLabel", "type", "properties"}
+        assert rel["sourceId"] == shop["ann"] and rel["sourceLabel"] == "Customer"
+        assert rel["targetLabel"] == "Order" and rel["type"] == "PLACED"
+        assert uuid.UUID(rel["id"]).version == 7
+    assert {r["targetId"] for r in data["data"]} == {shop["o1"], shop["o2"]}
+    # An order sees both its customer (stored orientation kept) and its items.
+    o2 = rels_of(api, shop["o2"])
+    assert o2["total"] == 3
+    assert {(r["sourceId"], r["targetId"]) for r in o2["data"]} == {
+        (shop["ann"], shop["o2"]), (shop["o2"], shop["i1"]), (shop["o2"], shop["i2"])}
+    # skip / limit from the query string
+    page = rels_of(api, shop["o2"], skip=1, limit=1)
+    assert page["total"] == 3 and len(page["data"]) == 1
+
+
+def test_attach_same_triple_replaces_properties_and_default_type(api, shop):
+    a, b = shop["ann"], shop["bob"]
+    r = api.post(f"/api/v1/relationships/{a}", {"targetIds": b, "properties": {"since": 2020, "tags": ["x", "y"]}})
+    assert r.status_code == 201
+    r = api.post(f"/api/v1/relationships/{a}", {"targetIds": [b], "type": "__RUSHDB__RELATION__DEFAULT__",
+                                                 "properties": {"since": 2021}})
+    assert r.status_code == 201
+    rels = [x for x in rels_of(api, a)["data"] if x["targetId"] == b]
+    assert len(rels) == 1, rels
+    assert rels[0]["type"] == DEFAULT_TYPE and rels[0]["properties"] == {"since": 2021}
+    # direction in: stored as target -> source
+    r = api.post(f"/api/v1/records/{a}/relationships", {"targetIds": b, "type": "KNOWS", "direction": "in"})
+    assert r.status_code == 201
+    knows = [x for x in rels_of(api, a)["data"] if x["type"] == "KNOWS"]
+    assert [(k["sourceId"], k["targetId"]) for k in knows] == [(b, a)]
+
+
+def test_detach_by_type_and_direction(api, shop):
+    a, b = shop["ann"], shop["bob"]
+    for t in ("A", "B"):
+        api.post(f"/api/v1/relationships/{a}", {"targetIds": b, "type": t})
+    api.post(f"/api/v1/relationships/{b}", {"targetIds": a, "type": "A"})
+    between = lambda: sorted((x["sourceId"] == a, x["type"]) for x in rels_of(api, a)["data"] if b in (x["sourceId"], x["targetId"]))
+    assert between() == [(False, "A"), (True, "A"), (True, "B")]
+    r = api.put(f"/api/v1/relationships/{a}", {"targetIds": [b], "typeOrTypes": "A", "direction": "out"})
+    assert r.status_code == 200, r.text
+    assert between() == [(False, "A"), (True, "B")]
+    r = api.put(f"/api/v1/records/{a}/relationships", {"targetIds": b})  # any type, both ways
+    assert r.status_code == 200
+    assert between() == []
+
+
+def test_relationship_search(api, shop):
+    api.post(f"/api/v1/relationships/{shop['o1']}", {"targetIds": shop["i2"], "type": "CONTAINS",
+                                                     "properties": {"qty": 3}})
+    out = rel_search(api, {"where": {"type": "CONTAINS", "qty": {"$gte": 2}}})
+    assert out["total"] == 1 and out["data"][0]["sourceId"] == shop["o1"] and out["data"][0]["targetId"] == shop["i2"]
+    out = rel_search(api, {"source": {"labels": ["Customer"], "where": {"country": "DE"}}, "target": {"labels": ["Order"]}})
+    assert {r["targetId"] for r in out["data"]} == {shop["o1"], shop["o2"]} and out["total"] == 2
+    out = rel_search(api, {"target": {"labels": ["Item"], "where": {"sku": "b"}}, "where": {"type": "CONTAINS"}})
+    assert {r["sourceId"] for r in out["data"]} == {shop["o1"], shop["o2"], shop["o3"]}
+    # no direction: undirected matching of the selectors; "out" keeps the stored orientation
+    out = rel_search(api, {"source": {"labels": ["Order"]}, "target": {"labels": ["Customer"]}})
+    assert out["total"] == 3
+    out = rel_search(api, {"source": {"labels": ["Order"]}, "target": {"labels": ["Customer"]}, "direction": "out"})
+    assert out["total"] == 0
+    # paging: query string, body wins
+    r = api.post("/api/v1/relationships/search?limit=2&skip=0", {"where": {"type": "CONTAINS"}})
+    assert r.status_code == 200 and len(r.json()["data"]["data"]) == 2 and r.json()["data"]["total"] == 5
+    r = api.post("/api/v1/relationships/search?limit=2", {"where": {"type": "CONTAINS"}, "limit": 4})
+    assert len(r.json()["data"]["data"]) == 4
+    out = rel_search(api, {"where": {"type": "CONTAINS"}, "orderBy": {"qty": "desc"}, "limit": 1})
+    assert out["data"][0]["properties"] == {"qty": 3}
+
+
+def test_traversal_blocks(api, shop):
+    s = shop
+    assert find_ids(api, {"labels": ["Order"], "where": {"Customer": {"country": "DE"}}}) == {s["o1"], s["o2"]}
+    assert find_ids(api, {"labels": ["Order"], "where": {"Customer": {"country": "DE"}, "amount": {"$gt": 15}}}) == {s["o2"]}
+    # direction is seen from the current record: orders are targets of PLACED
+    assert find_ids(api, {"labels": ["Order"], "where": {"Customer": {"$relation": {"type": "PLACED", "direction": "in"}}}}) == {s["o1"], s["o2"], s["o3"]}
+    assert find_ids(api, {"labels": ["Order"], "where": {"Customer": {"$relation": {"type": "PLACED", "direction": "out"}}}}) == set()
+    assert find_ids(api, {"labels": ["Order"], "where": {"Customer": {"$relation": "CONTAINS"}}}) == set()
+    # nesting: customers who ordered an expensive item; two hops in one block
+    assert find_ids(api, {"labels": ["Customer"], "where": {"Order": {"Item": {"price": {"$gt": 40}}}}}) == {s["ann"], s["bob"]}
+    assert find_ids(api, {"labels": ["Customer"], "where": {"Item": {"$relation": {"direction": "out", "hops": 2}, "sku": "a"}}}) == {s["ann"]}
+    assert find_ids(api, {"labels": ["Customer"], "where": {"Item": {"$relation": {"hops": {"min": 1, "max": 2}}, "sku": "a"}}}) == {s["ann"]}
+    # composition with $not / $or
+    assert find_ids(api, {"labels": ["Order"], "where": {"$not": {"Item": {"sku": "a"}}}}) == {s["o3"]}
+    assert find_ids(api, {"labels": ["Order"], "where": {"$or": [{"Customer": {"name": "Bob"}}, {"n": 1}]}}) == {s["o1"], s["o3"]}
+    # search among the records related to one record (REST route)
+    r = api.post(f"/api/v1/records/{s['o2']}/search", {"labels": ["Item"]})
+    assert r.status_code == 200 and {x["__id"] for x in r.json()["data"]["data"]} == {s["i1"], s["i2"]}
+    r = api.post(f"/api/v1/records/{s['o2']}/search", {"where": {"price": {"$lt": 10}}})
+    assert {x["__id"] for x in r.json()["data"]["data"]} == {s["i1"]}
+
+
+def test_explain_names_the_traversal_side(api, shop):
+    r = api.protocol({"kind": "describe", "describe": {"kind": "explain", "query": {
+        "labels": ["Order"], "predicate": {"Customer": {"name": "Ann"}}}}})
+    assert r.status_code == 200, r.text
+    plan = r.json()["response"]["plan"]
+    assert plan["actualRows"] == 2
+    assert any("from the related side" in t for t in plan["traversal"]), plan
+    r = api.protocol({"kind": "describe", "describe": {"kind": "explain", "query": {
+        "labels": ["Order"], "predicate": {"n": 3, "Customer": {}}}}})
+    plan = r.json()["response"]["plan"]
+    assert plan["actualRows"] == 1
+    assert any("from each record's side" in t for t in plan["traversal"]), plan
+
+
+def test_alias_aggregation_and_group_by(api, shop):
+    r = api.post("/api/v1/records/search", {
+        "labels": ["Customer"],
+        "where": {"Order": {"$alias": "$order"}},
+        "aggregate": {"orders": {"fn": "count", "alias": "$order"},
+                      "spent": {"fn": "sum", "alias": "$order", "field": "amount"},
+                      "nums": {"fn": "collect", "alias": "$order", "field": "n", "orderBy": "asc"}},
+        "orderBy": {"spent": "desc"},
+    })
+    assert r.status_code == 200, r.text
+    rows = r.json()["data"]["data"]
+    assert [(x["name"], x["orders"], x["spent"], x["nums"]) for x in rows] == [("Bob", 1, 30, [3]), ("Ann", 2, 30, [1, 2])] or \
+        [(x["name"], x["orders"], x["spent"], x["nums"]) for x in rows] == [("Ann", 2, 30, [1, 2]), ("Bob", 1, 30, [3])]
+    r = api.post("/api/v1/records/search", {
+        "labels": ["Customer"],
+        "where": {"Order": {"$alias": "$order"}},
+        "aggregate": {"orders": {"fn": "collect", "alias": "$order"}},
+    })
+    rows = {x["name"]: x["orders"] for x in r.json()["data"]["data"]}
+    assert sorted(o["n"] for o in rows["Ann"]) == [1, 2] and [o["__label"] for o in rows["Bob"]] == ["Order"]
+    r = api.post("/api/v1/records/search", {
+        "labels": ["Order"],
+        "where": {"Customer": {"$alias": "$c"}},
+        "aggregate": {"total": {"fn": "sum", "field": "amount"}},
+        "groupBy": ["$c.country"],
+    })
+    assert r.status_code == 200, r.text
+    assert sorted((x["country"], x["total"]) for x in r.json()["data"]["data"]) == [("DE", 30), ("FR", 30)]
+    r = api.post("/api/v1/records/search", {"labels": ["Order"], "aggregate": {"x": {"fn": "count", "alias": "$nope"}}})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["$nope"])
+
+
+def test_describe_schema_relationships(api, shop):
+    r = api.protocol({"kind": "describe", "describe": {"kind": "schema"}})
+    rels = {(x["sourceLabel"], x["type"], x["targetLabel"]): x["count"] for x in r.json()["response"]["schema"]["relationships"]}
+    assert rels == {("Customer", "PLACED", "Order"): 3, ("Order", "CONTAINS", "Item"): 4}
+    # a retype moves the counters
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "retypeRecord", "id": shop["bob"], "fromLabel": "Customer", "toLabel": "Vip"}})
+    assert r.status_code == 200, r.text
+    r = api.protocol({"kind": "describe", "describe": {"kind": "schema"}})
+    rels = {(x["sourceLabel"], x["type"], x["targetLabel"]): x["count"] for x in r.json()["response"]["schema"]["relationships"]}
+    assert rels[("Customer", "PLACED", "Order")] == 2 and rels[("Vip", "PLACED", "Order")] == 1
+
+
+def test_bulk_create_and_delete_by_key(api):
+    users = [api.create("U", {"uid": i, "team": "t" + str(i % 2)}) for i in range(4)]
+    posts = [api.create("P", {"author": i % 4, "n": i}) for i in range(8)]
+    r = api.post("/api/v1/relationships/create-many", {"source": {"label": "U", "key": "uid"},
+                                                       "target": {"label": "P", "key": "author"}, "type": "WROTE"})
+    assert r.status_code == 201, r.text
+    assert r.json()["data"]["count"] == 8 and "8" in r.json()["data"]["message"]
+    for i, u in enumerate(users):
+        got = {x["targetId"] for x in rels_of(api, u)["data"]}
+        assert got == {posts[i], posts[i + 4]}
+    r = api.post("/api/v1/relationships/delete-many", {"source": {"label": "U", "key": "uid", "where": {"team": "t0"}},
+                                                       "target": {"label": "P", "key": "author"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["data"]["count"] == 4
+    assert rel_search(api, {"where": {"type": "WROTE"}})["total"] == 4
+    # many to many needs a where on both sides
+    r = api.post("/api/v1/relationships/create-many", {"source": {"label": "U", "where": {"team": "t1"}},
+                                                       "target": {"label": "P", "where": {"n": {"$lt": 2}}},
+                                                       "manyToMany": True, "type": "LIKES"})
+    assert r.status_code == 201 and r.json()["data"]["count"] == 4
+    r = api.post("/api/v1/relationships/create-many", {"source": {"label": "U"}, "target": {"label": "P", "where": {"n": 1}},
+                                                       "manyToMany": True})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["manyToMany"])
+    r = api.post("/api/v1/relationships/create-many", {"source": {"label": "U", "key": "uid"}, "target": {"label": "P"}})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["target.key"])
+
+
+def test_bulk_key_is_type_strict_and_never_links_a_record_to_itself(api):
+    a = api.create("N", {"k": 1, "ref": "1"})
+    b = api.create("N", {"k": "1", "ref": 1})
+    r = api.post("/api/v1/relationships/create-many", {"source": {"label": "N", "key": "k"},
+                                                       "target": {"label": "N", "key": "ref"}})
+    assert r.status_code == 201, r.text
+    pairs = {(x["sourceId"], x["targetId"]) for x in rel_search(api, {})["data"]}
+    assert pairs == {(a, b), (b, a)}
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"targetIds": []}, "targetIds"),
+    ({"targetIds": [""]}, "targetIds[0]"),
+    ({}, "targetIds"),
+    ({"targetIds": 5}, "targetIds"),
+    ({"targetIds": ["not-a-uuid"]}, "UUIDv7"),
+    ({"targetIds": ["6b9c0c3e-2a3e-4c51-9a9e-1d2d3c4b5a69"]}, "UUIDv7"),
+    ({"targetIds": ["0190a0b0-0000-7000-8000-000000000000"], "type": ""}, "type"),
+    ({"targetIds": ["0190a0b0-0000-7000-8000-000000000000"], "direction": "sideways"}, "direction"),
+    ({"targetIds": ["0190a0b0-0000-7000-8000-000000000000"], "properties": {"type": "x"}}, "reserved"),
+    ({"targetIds": ["0190a0b0-0000-7000-8000-000000000000"], "properties": {"m": [1, "a"]}}, "one type"),
+])
+def test_attach_validation(api, body, needle):
+    src = api.create("V", {"x": 1})
+    r = api.post(f"/api/v1/relationships/{src}", body)
+    assert_rest_error(r, 400, "invalid_argument", message_contains=[needle])
+    assert rels_of(api, src)["total"] == 0
+
+
+def test_missing_records_are_404_and_detach_validation(api):
+    src = api.create("V", {"x": 1})
+    ghost = "0190a0b0-0000-7000-8000-000000000000"
+    r = api.post(f"/api/v1/relationships/{src}", {"targetIds": [ghost]})
+    assert_rest_error(r, 404, "not_found", message_contains=[ghost])
+    r = api.post(f"/api/v1/relationships/{ghost}", {"targetIds": [src]})
+    assert_rest_error(r, 404, "not_found")
+    r = api.put(f"/api/v1/relationships/{src}", {"targetIds": [ghost], "typeOrTypes": [""]})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["typeOrTypes"])
+    r = api.put(f"/api/v1/relationships/{src}", {"targetIds": [ghost], "direction": "up"})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["direction"])
+    r = api.get(f"/api/v1/records/{ghost}/relationships")
+    assert_rest_error(r, 404, "not_found")
+    r = api.post("/api/v1/records/search", {"where": {"X": {"$relation": {"hops": 11}}}})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["where.X.$relation.hops"])
+    r = api.post("/api/v1/records/search", {"where": {"$relation": "T"}})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["where.$relation"])
+
+
+def test_deletes_leave_no_dangling_relationship(engine, api):
+    ids = [api.create("G", {"i": i}) for i in range(12)]
+    for i, s in enumerate(ids):
+        targets = [ids[(i + 1) % 12], ids[(i + 5) % 12]]
+        assert api.post(f"/api/v1/relationships/{s}", {"targetIds": targets, "type": "E"}).status_code == 201
+    api.post(f"/api/v1/relationships/{ids[0]}", {"targetIds": ids[0], "type": "SELF"})
+    assert len(all_relationships(api)) == 25
+    assert api.delete(f"/api/v1/records/{ids[0]}").status_code == 200
+    r = api.post("/api/v1/records/delete", {"labels": ["G"], "where": {"i": {"$in": [3, 4, 7]}}})
+    assert r.status_code in (200, 201), r.text
+    gone = {ids[i] for i in (0, 3, 4, 7)}
+    rels = all_relationships(api)
+    assert rels and all(r["sourceId"] not in gone and r["targetId"] not in gone for r in rels)
+    expected = {(ids[i], ids[(i + d) % 12]) for i in range(12) for d in (1, 5)
+                if ids[i] not in gone and ids[(i + d) % 12] not in gone}
+    assert {(r["sourceId"], r["targetId"]) for r in rels} == expected
+    # the schema counters agree with the scan, also after a restart (durable)
+    engine.restart()
+    api2 = engine.client()
+    r = api2.protocol({"kind": "describe", "describe": {"kind": "schema"}})
+    counts = {(x["sourceLabel"], x["type"], x["targetLabel"]): x["count"] for x in r.json()["response"]["schema"]["relationships"]}
+    assert counts == {("G", "E", "G"): len(expected)}
+    assert {(r["sourceId"], r["targetId"]) for r in all_relationships(api2)} == expected
+
+
+# ── the SDK in direct mode ─────────────────────────────────────────────────
+
+
+@pytest.fixture()
+def db(engine):
+    return RushDB(DEV_TOKEN, direct=True, engine_url=engine.url)
+
+
+def test_sdk_attach_find_detach(db, api):
+    movie = db.records.create("MOVIE", {"title": "Inception"})
+    actor = db.records.create("ACTOR", {"name": "Leo"})
+    other = db.records.create("ACTOR", {"name": "Tom"})
+    db.records.attach(movie, [actor, other], {"type": "STARS", "direction": "out", "properties": {"role": "lead"}})
+    found = db.relationships.find({"source": {"labels": ["MOVIE"], "where": {"title": "Inception"}},
+                                   "target": {"labels": ["ACTOR"]}, "where": {"type": "STARS", "role": "lead"}})
+    assert found.total == 2
+    assert {r["targetId"] for r in found.data} == {actor.id, other.id}
+    assert all(r["properties"] == {"role": "lead"} for r in found.data)
+    related = db.records.find({"labels": ["ACTOR"], "where": {"name": "Leo"}}, record_id=movie.id)
+    assert [r.id for r in related.data] == [actor.id]
+    db.records.detach(movie, other, {"typeOrTypes": "STARS"})
+    assert [r["targetId"] for r in rels_of(api, movie.id)["data"]] == [actor.id]
+    with pytest.raises(RushDBError) as err:
+        db.records.attach(movie, [], {"type": "STARS"})
+    assert err.value.status == 400
+
+
+def test_sdk_create_many_and_delete_many(db, api):
+    for i in range(3):
+        db.records.create("AUTHOR", {"aid": i})
+        db.records.create("BOOK", {"by": i, "title": f"b{i}"})
+    db.relationships.create_many(source={"label": "AUTHOR", "key": "aid"}, target={"label": "BOOK", "key": "by"},
+                                 type="WROTE")
+    assert db.relationships.find({"where": {"type": "WROTE"}}).total == 3
+    db.relationships.delete_many(source={"label": "AUTHOR", "key": "aid", "where": {"aid": 0}},
+                                 target={"label": "BOOK", "key": "by"}, type="WROTE")
+    assert db.relationships.find({"where": {"type": "WROTE"}}).total == 2
+    with pytest.raises(RushDBError) as err:
+        db.relationships.create_many(source={"label": "AUTHOR"}, target={"label": "BOOK"}, many_to_many=True)
+    assert err.value.status == 400
+    books = db.records.find({"labels": ["BOOK"], "where": {"AUTHOR": {"aid": {"$gte": 1}}}})
+    assert sorted(b.data["title"] if hasattr(b, "data") else b["title"] for b in books.data) == ["b1", "b2"]
+
+
+def test_protocol_link_ops_report_affected(api):
+    a = api.create("PA", {"x": 1})
+    b = api.create("PB", {"x": 1})
+    c = api.create("PB", {"x": 2})
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "linkRecordsById", "command": {
+        "relationType": "R", "sourceIds": [a], "targetIds": [b, c]}}})
+    assert r.status_code == 200 and r.json()["response"] == {"kind": "mutation", "affected": 2}
+    r = api.protocol({"kind": "query", "query": {"kind": "relationships", "query": {
+        "sourceLabels": ["PA"], "targetLabels": ["PB"], "targetPredicate": {"x": 2}}}})
+    body = r.json()["response"]
+    assert body["kind"] == "relationships" and body["total"] == 1 and body["relationships"][0]["targetId"] == c
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "unlinkRecordsById", "command": {
+        "relationTypes": [], "sourceIds": [a], "targetIds": [b, c], "direction": "in"}}})
+    assert r.json()["response"]["affected"] == 0
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "unlinkRecordsById", "command": {
+        "relationTypes": ["R"], "sourceIds": [a], "targetIds": [b, c]}}})
+    assert r.json()["response"]["affected"] == 2
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "linkRecords", "command": {
+        "relationType": "SAME", "source": {"label": "PA", "property": "x"}, "target": {"label": "PB", "property": "x"}}}})
+    assert r.json()["response"]["affected"] == 1

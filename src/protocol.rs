@@ -779,6 +779,26 @@ kind_enum! {
 
 /// Decodes a JSON value into a protocol type, naming the offending path on failure
 /// (e.g. `body.operation.query.query.limit: invalid type: string "ten", expected i64`).
+/// A string or an array of strings (ids, types); errors name `what` and the element.
+pub fn string_list(v: &Value, what: &str) -> crate::error::Result<Vec<String>> {
+    use crate::error::Error;
+    match v {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::invalid(format!("{what}[{i}]: expected a string")))
+            })
+            .collect(),
+        _ => Err(Error::invalid(format!(
+            "{what}: expected a string or an array of strings"
+        ))),
+    }
+}
+
 pub fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> crate::error::Result<T> {
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();

@@ -180,7 +180,7 @@ impl Engine {
 
     /// A write naming a record of a tenant that was never written cannot succeed; answer
     /// not-found without creating the tenant.
-    fn require_tenant(&self, tenant: &Tenant, id: Uuid) -> Result<()> {
+    pub(super) fn require_tenant(&self, tenant: &Tenant, id: Uuid) -> Result<()> {
         match self.store.tenant_id(tenant) {
             Some(_) => Ok(()),
             None => Err(Error::not_found(format!("record {id} not found"))),

@@ -10,7 +10,8 @@ use crate::model::{
     DEFAULT_RELATION_TYPE, RESERVED_RELATIONSHIP_NAMES,
 };
 use crate::protocol::{
-    render, LinkByIdCommand, LinkCommand, LinkSide, OneOrMany, RelationshipQuery, UnlinkByIdCommand,
+    self, render, LinkByIdCommand, LinkCommand, LinkSide, OneOrMany, RelationshipQuery,
+    UnlinkByIdCommand,
 };
 use crate::query::exec;
 use crate::query::filter::{self, Filter, NoGraph};
@@ -146,9 +147,7 @@ impl Engine {
         let ty = rel_type(c.relation_type.as_deref(), "type")?;
         let dir = direction(c.direction.as_deref(), "direction")?.unwrap_or(Direction::Out);
         let props = rel_props(c.properties.as_ref())?;
-        if self.store.tenant_id(&tenant).is_none() {
-            return Err(Error::not_found(format!("record {} not found", sources[0])));
-        }
+        self.require_tenant(&tenant, sources[0])?;
         let mut ops = Vec::with_capacity(sources.len() * targets.len());
         for s in &sources {
             for t in &targets {
@@ -387,27 +386,16 @@ struct RelSpec {
     record: Option<Uuid>,
 }
 
+/// A type list of relationship search: what `protocol::string_list` takes, or `{$in: [...]}`.
 fn string_list(v: &Value, what: &str) -> Result<Vec<String>> {
     match v {
-        Value::String(s) => Ok(vec![s.clone()]),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                x.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| Error::invalid(format!("{what}[{i}]: expected a string")))
-            })
-            .collect(),
         Value::Object(m) => match m.get("$in").or_else(|| m.get("$eq")) {
             Some(x) if m.len() == 1 => string_list(x, what),
             _ => Err(Error::invalid(format!(
                 "{what}: expected a string, an array of strings or {{$in: [...]}}"
             ))),
         },
-        _ => Err(Error::invalid(format!(
-            "{what}: expected a string or an array of strings"
-        ))),
+        _ => protocol::string_list(v, what),
     }
 }
 
@@ -585,14 +573,7 @@ impl RelSpec {
                 if rstore::get_record(kv, t, &id)?.is_none() {
                     return Err(Error::not_found(format!("record {id} not found")));
                 }
-                let mut seen = HashSet::new();
-                let mut found = Vec::new();
-                rels::edges(kv, t, &id, &EdgeFilter::default(), &mut |e| {
-                    if seen.insert(e.rel) {
-                        found.push(e.rel);
-                    }
-                    Ok(true)
-                })?;
+                let found = rels::node_edges(kv, t, &id)?.into_iter().map(|e| e.rel);
                 for rid in found {
                     if let Some(rel) = rels::get_relationship(kv, t, &rid)? {
                         consider(rel, &mut cache)?;

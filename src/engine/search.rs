@@ -54,25 +54,43 @@ impl Engine {
                 limit: Some(agg.limit),
                 ..q.spec
             };
-            let out = self.blocking_search(tenant, spec.clone()).await?;
             let paged = query::aggregate::Aggregation { offset: 0, ..agg };
+            if query::aggregate::aliases(&paged).is_empty() {
+                let out = self.blocking_search(tenant, spec).await?;
+                let (rows, _) = query::aggregate::per_record(
+                    &paged,
+                    &out.records,
+                    render::flat_record,
+                    &|_, _| vec![],
+                );
+                return Ok(Outcome::Rows {
+                    rows,
+                    total: out.total,
+                });
+            }
+            // Aliases: the page and the records they name come from one snapshot.
             let (store, tenant) = (self.store.clone(), tenant.clone());
-            let rows = tokio::task::spawn_blocking(move || -> Result<Vec<Value>> {
-                let snap = store.snapshot()?;
-                let t = store.tenant_id(&tenant).unwrap_or_default();
-                let walker = Walker::new(&snap, t);
-                let bind = binder(&walker, &spec.filter);
-                let (rows, _) =
-                    query::aggregate::per_record(&paged, &out.records, render::flat_record, &bind);
-                walker.finish()?;
-                Ok(rows)
-            })
-            .await
-            .map_err(|e| Error::internal(format!("aggregation task failed: {e}")))??;
-            return Ok(Outcome::Rows {
-                rows,
-                total: out.total,
-            });
+            let (rows, total) =
+                tokio::task::spawn_blocking(move || -> Result<(Vec<Value>, u64)> {
+                    let Some(t) = store.tenant_id(&tenant) else {
+                        return Ok((vec![], 0));
+                    };
+                    let snap = store.snapshot()?;
+                    let out = exec::search(&snap, t, &spec)?;
+                    let walker = Walker::new(&snap, t);
+                    let bind = binder(&walker, &spec.filter);
+                    let (rows, _) = query::aggregate::per_record(
+                        &paged,
+                        &out.records,
+                        render::flat_record,
+                        &bind,
+                    );
+                    walker.finish()?;
+                    Ok((rows, out.total))
+                })
+                .await
+                .map_err(|e| Error::internal(format!("aggregation task failed: {e}")))??;
+            return Ok(Outcome::Rows { rows, total });
         }
         let (store, tenant) = (self.store.clone(), tenant.clone());
         let (rows, total) = tokio::task::spawn_blocking(move || -> Result<(Vec<Value>, u64)> {

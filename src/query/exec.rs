@@ -490,10 +490,17 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
         tenant,
         labels: &spec.labels,
     };
-    let (filter, traversal) = resolve_traversals(&planner, &spec.filter)?;
-    let spec = &SearchSpec {
-        filter,
-        ..spec.clone()
+    // Only a filter with traversal blocks is rewritten (and the spec copied).
+    let resolved;
+    let (spec, traversal) = match resolve_traversals(&planner, &spec.filter)? {
+        Some((filter, notes)) => {
+            resolved = SearchSpec {
+                filter,
+                ..spec.clone()
+            };
+            (&resolved, notes)
+        }
+        None => (spec, vec![]),
     };
     let mut conj = Vec::new();
     flatten(&spec.filter, &mut conj);
@@ -647,7 +654,6 @@ fn visit_candidates<R: KvRead>(
     let mut check = |r: Record| -> Result<()> {
         examined += 1;
         if (labels.is_empty() || labels.contains(&r.label)) && filter.eval(&r, graph) {
-            walker.finish()?;
             total += 1;
             visit(r)?;
         }
@@ -714,8 +720,14 @@ pub fn for_each_match<R: KvRead>(
     visit: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<Explain> {
     let planner = Planner { kv, tenant, labels };
-    let (filter, traversal) = resolve_traversals(&planner, filter)?;
-    let filter = &filter;
+    let resolved;
+    let (filter, traversal) = match resolve_traversals(&planner, filter)? {
+        Some((f, notes)) => {
+            resolved = f;
+            (&resolved, notes)
+        }
+        None => (filter, vec![]),
+    };
     let mut conj = Vec::new();
     flatten(filter, &mut conj);
     let (access, estimated, _) = planner.plan(&conj)?;
@@ -751,20 +763,18 @@ pub fn for_each_match<R: KvRead>(
 fn resolve_traversals<R: KvRead>(
     planner: &Planner<'_, R>,
     filter: &Filter,
-) -> Result<(Filter, Vec<String>)> {
+) -> Result<Option<(Filter, Vec<String>)>> {
     if !filter.has_related() {
-        return Ok((filter.clone(), vec![]));
+        return Ok(None);
     }
-    let mut conj = Vec::new();
-    flatten(filter, &mut conj);
-    conj.retain(|f| !matches!(f, Filter::Related(_)));
-    let (_, root_rows, _) = planner.plan(&conj)?;
+    let root_rows = estimate(planner.kv, planner.tenant, planner.labels, filter)?;
     let mut notes = Vec::new();
     let f = traverse::prepare(planner.kv, planner.tenant, filter, root_rows, &mut notes)?;
-    Ok((f, notes))
+    Ok(Some((f, notes)))
 }
 
-/// Estimated matches of (labels, filter) by the planner's chosen access path.
+/// Estimated matches of (labels, filter) by the planner's chosen access path, ignoring
+/// traversal blocks (the rows the root's own conditions leave).
 pub fn estimate<R: KvRead>(kv: &R, tenant: u64, labels: &[String], filter: &Filter) -> Result<u64> {
     let planner = Planner { kv, tenant, labels };
     let mut conj = Vec::new();

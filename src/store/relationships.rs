@@ -130,6 +130,19 @@ pub fn edges<R: KvRead + ?Sized>(
     Ok(())
 }
 
+/// Every relationship of `node`, once each (a self-loop has two adjacency entries).
+pub fn node_edges<R: KvRead + ?Sized>(kv: &R, tenant: u64, node: &Uuid) -> Result<Vec<Edge>> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    edges(kv, tenant, node, &EdgeFilter::default(), &mut |e| {
+        if seen.insert(e.rel) {
+            out.push(e);
+        }
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
 /// (source label, type, target label, count), in key order.
 pub fn rel_counts<R: KvRead + ?Sized>(
     kv: &R,
@@ -325,36 +338,13 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
 
     /// Removes every relationship of a record (before the record itself goes).
     pub(super) fn detach_all(&mut self, node: &Uuid) -> Result<u64> {
-        let mut ids = Vec::new();
-        edges(
-            &*self.ov,
-            self.tenant,
-            node,
-            &EdgeFilter::default(),
-            &mut |e| {
-                ids.push(e.rel);
-                Ok(true)
-            },
-        )?;
-        self.remove_by_ids(ids)
+        let ids = node_edges(&*self.ov, self.tenant, node)?;
+        self.remove_by_ids(ids.into_iter().map(|e| e.rel).collect())
     }
 
     /// Moves the relationship counters of a record from its old label to its new one.
     pub(super) fn relabel_edges(&mut self, node: &Uuid, from: &str, to: &str) -> Result<()> {
-        let mut rels = Vec::new();
-        let mut seen = HashSet::new();
-        edges(
-            &*self.ov,
-            self.tenant,
-            node,
-            &EdgeFilter::default(),
-            &mut |e| {
-                if seen.insert(e.rel) {
-                    rels.push(e);
-                }
-                Ok(true)
-            },
-        )?;
+        let rels = node_edges(&*self.ov, self.tenant, node)?;
         for e in rels {
             let other = if e.other == *node {
                 None

@@ -21,20 +21,7 @@ use crate::protocol::render::Flat;
 fn one_or_many(v: Option<&Value>, what: &str) -> Result<Option<OneOrMany>> {
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(OneOrMany::One(s.clone()))),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                x.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| Error::invalid(format!("{what}[{i}]: expected a string")))
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(|v| Some(OneOrMany::Many(v))),
-        Some(_) => Err(Error::invalid(format!(
-            "{what}: expected a string or an array of strings"
-        ))),
+        Some(v) => protocol::string_list(v, what).map(|l| Some(OneOrMany::Many(l))),
     }
 }
 
@@ -98,9 +85,8 @@ pub async fn detach(
 ) -> Result<HttpResponse> {
     let m = body_object(state, &req)?;
     let types = match one_or_many(m.get("typeOrTypes"), "typeOrTypes")? {
-        None => vec![],
-        Some(OneOrMany::One(t)) => vec![t],
         Some(OneOrMany::Many(ts)) => ts,
+        _ => vec![],
     };
     let op = Operation::Mutate(Mutation::UnlinkRecordsById(Command {
         command: UnlinkByIdCommand {

@@ -2,6 +2,7 @@
 //! checks the permission the operation needs, resolves the tenant keyspace and runs the
 //! operation. Wire modules only decode and render; every decision is made here, once.
 
+mod ingest;
 mod records;
 mod relationships;
 mod search;
@@ -85,6 +86,18 @@ pub enum Outcome {
         total: u64,
     },
     Schema(serde_json::Value),
+    /// An ingest: records written (created or upserted), relationships created, and the
+    /// records themselves when `returnResult` asked for them and there are at most 1000.
+    Ingested {
+        count: u64,
+        relationships: u64,
+        records: Option<Vec<Record>>,
+    },
+    /// CSV export text and the number of records in it.
+    Csv {
+        content: String,
+        count: u64,
+    },
     PropertyValues {
         property: serde_json::Value,
         values: Vec<serde_json::Value>,
@@ -240,6 +253,8 @@ impl Engine {
             Operation::Mutate(Mutation::UnlinkRecords(c)) => {
                 self.link_many(tenant, c.command, true).await
             }
+            Operation::Ingest(i) => self.ingest(tenant, i).await,
+            Operation::Query(QueryOp::ExportCsv(q)) => self.export_csv(&tenant, &q.query).await,
             Operation::Query(QueryOp::Relationships(q)) => {
                 self.find_relationships(&tenant, q.query).await
             }

@@ -422,6 +422,9 @@ pub struct WriteOptions {
     pub merge_by: Option<Vec<String>>,
     #[serde(default)]
     pub merge_strategy: Option<String>,
+    /// What the SDK sends: empty strings and empty arrays are left out of imported records.
+    #[serde(default)]
+    pub skip_empty_values: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -580,12 +583,16 @@ kind_enum! {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct IngestDocuments {
     #[serde(default)]
     pub label: Option<String>,
     pub documents: Vec<Value>,
     #[serde(default)]
     pub options: Option<WriteOptions>,
+    /// Engine extension (REST `parentId`): link this record -> every imported root.
+    #[serde(default)]
+    pub parent_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -598,8 +605,12 @@ pub struct IngestCsv {
     pub parse_config: Option<Map<String, Value>>,
     #[serde(default)]
     pub options: Option<WriteOptions>,
+    /// `vectors[i]`: the inline vector entries of row i (null or [] for none).
     #[serde(default)]
-    pub vectors: Option<Vec<Vec<f64>>>,
+    pub vectors: Option<Vec<Value>>,
+    /// Engine extension (REST `parentId`): link this record -> every imported row.
+    #[serde(default)]
+    pub parent_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

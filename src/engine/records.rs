@@ -1,9 +1,10 @@
 //! Record operations: reads straight from a snapshot on the calling task (point reads need
 //! no thread hop), writes as batches for the store's writer.
 
+use super::ingest::{record_op, Options};
 use super::{Engine, Outcome};
 use crate::error::{Error, Result};
-use crate::model::infer::{apply_explicit, infer_map, InferOptions};
+use crate::model::infer::{apply_explicit, infer_map};
 use crate::model::parse_uuid_v7;
 use crate::protocol::{PutMode, PutRecordOp, RecordRef};
 use crate::store::records::{self as rstore, PutRecord, WriteOp, WriteOutcome};
@@ -47,19 +48,11 @@ impl Engine {
 
     pub(super) async fn put_record(&self, tenant: Tenant, p: PutRecordOp) -> Result<Outcome> {
         let o = &p.options.clone().unwrap_or_default();
-        if p.mode == PutMode::Create && (o.merge_by.is_some() || o.merge_strategy.is_some()) {
-            return Err(Error::unsupported(
-                "upsert (options.mergeBy / options.mergeStrategy)",
-            ));
-        }
+        let opts = Options::parse(Some(o))?;
         if p.vectors.as_ref().is_some_and(|v| !v.is_empty()) {
             return Err(Error::unsupported("inline vectors"));
         }
-        let infer = InferOptions {
-            suggest_types: o.suggest_types.unwrap_or(true),
-            convert_numeric: o.convert_numeric_values_to_numbers.unwrap_or(false),
-        };
-        let mut props = infer_map(&p.properties.unwrap_or_default(), infer)?;
+        let mut props = infer_map(&p.properties.unwrap_or_default(), opts.flatten.infer)?;
         apply_explicit(
             &mut props,
             p.typed_properties.as_deref().unwrap_or_default(),
@@ -69,6 +62,13 @@ impl Engine {
             .filter(|l| !(l.is_empty() && p.mode != PutMode::Create));
         if let Some(l) = &label {
             check_label(l)?;
+        }
+        if let (PutMode::Create, Some(u)) = (p.mode, &opts.upsert) {
+            let label = label
+                .filter(|l| !l.is_empty())
+                .ok_or_else(|| Error::invalid("label is required to upsert a record"))?;
+            let op = record_op(Uuid::now_v7(), label, props, Some(u));
+            return single(self.store.write(tenant, vec![op]).await?);
         }
         let (id, mode) = match p.mode {
             PutMode::Create => {

@@ -130,6 +130,20 @@ pub fn response(outcome: &Outcome) -> Value {
             relationships,
             total,
         } => json!({"kind": "relationships", "relationships": relationships, "total": total}),
+        Outcome::Ingested {
+            count,
+            relationships,
+            records,
+        } => {
+            let mut v = json!({"kind": "ingested", "count": count, "relationships": relationships});
+            if let Some(rs) = records {
+                v["records"] = rs.iter().map(record).collect();
+            }
+            v
+        }
+        Outcome::Csv { content, count } => {
+            json!({"kind": "csv", "content": content, "count": count})
+        }
         Outcome::PropertyValues {
             property,
             values,

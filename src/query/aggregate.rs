@@ -405,20 +405,6 @@ pub fn parse(
     })
 }
 
-/// Civil date from days since the epoch.
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719468;
-    let era = if z >= 0 { z } else { z - 146096 } / 146097;
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 /// The start of the bucket holding `t`, as seconds since the epoch (UTC).
 pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
     let floor = |x: i64, n: i64| x.div_euclid(n) * n;
@@ -431,7 +417,7 @@ pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
         // 1970-01-05 was a Monday: weeks are counted from there.
         Granularity::Week => (floor(days - 4, 7 * size) + 4) * 86400,
         Granularity::Month | Granularity::Quarter | Granularity::Year => {
-            let (y, m, _) = civil_from_days(days);
+            let (y, m, _) = datetime::civil_from_days(days);
             let months = match g {
                 Granularity::Month => size,
                 Granularity::Quarter => 3 * size,
@@ -441,17 +427,6 @@ pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
             datetime::days_from_civil(idx.div_euclid(12), idx.rem_euclid(12) + 1, 1) * 86400
         }
     }
-}
-
-pub fn iso(secs: i64) -> String {
-    let (y, m, d) = civil_from_days(secs.div_euclid(86400));
-    let s = secs.rem_euclid(86400);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
 }
 
 /// Running state of one aggregate over a set of records.
@@ -618,7 +593,7 @@ fn bucket_value(def: &AggDef, r: &Record, select_form: bool) -> Vec<Value> {
             if select_form {
                 json!(s * 1000)
             } else {
-                json!(iso(s))
+                json!(datetime::iso(s))
             }
         })
         .collect()
@@ -891,36 +866,36 @@ mod tests {
     fn buckets_align_to_calendar_units() {
         let t = datetime::parse("2024-05-15T13:45:30Z").unwrap();
         assert_eq!(
-            iso(bucket_start(t, Granularity::Hour, 1)),
+            datetime::iso(bucket_start(t, Granularity::Hour, 1)),
             "2024-05-15T13:00:00Z"
         );
         assert_eq!(
-            iso(bucket_start(t, Granularity::Day, 1)),
+            datetime::iso(bucket_start(t, Granularity::Day, 1)),
             "2024-05-15T00:00:00Z"
         );
         assert_eq!(
-            iso(bucket_start(t, Granularity::Week, 1)),
+            datetime::iso(bucket_start(t, Granularity::Week, 1)),
             "2024-05-13T00:00:00Z"
         ); // a Monday
         assert_eq!(
-            iso(bucket_start(t, Granularity::Month, 1)),
+            datetime::iso(bucket_start(t, Granularity::Month, 1)),
             "2024-05-01T00:00:00Z"
         );
         assert_eq!(
-            iso(bucket_start(t, Granularity::Quarter, 1)),
+            datetime::iso(bucket_start(t, Granularity::Quarter, 1)),
             "2024-04-01T00:00:00Z"
         );
         assert_eq!(
-            iso(bucket_start(t, Granularity::Year, 1)),
+            datetime::iso(bucket_start(t, Granularity::Year, 1)),
             "2024-01-01T00:00:00Z"
         );
         assert_eq!(
-            iso(bucket_start(t, Granularity::Month, 6)),
+            datetime::iso(bucket_start(t, Granularity::Month, 6)),
             "2024-01-01T00:00:00Z"
         );
         let early = datetime::parse("1969-12-31T23:00:00Z").unwrap();
         assert_eq!(
-            iso(bucket_start(early, Granularity::Week, 1)),
+            datetime::iso(bucket_start(early, Granularity::Week, 1)),
             "1969-12-29T00:00:00Z"
         );
     }

@@ -7,8 +7,8 @@ use super::keys::{self, Key};
 use super::kv::{KvRead, Overlay};
 use super::relationships::{LinkRel, UnlinkRel};
 use crate::error::{Error, Result};
-use crate::model::{infer::PropWrites, PropType, Record};
-use std::collections::BTreeSet;
+use crate::model::{infer::PropWrites, PropType, PropValue, Record};
+use std::collections::{BTreeSet, HashMap};
 use uuid::Uuid;
 
 /// How a put treats the record's existing properties.
@@ -31,10 +31,36 @@ pub struct PutRecord {
     pub props: PropWrites,
 }
 
+/// How an upsert changes the record it matched (SPEC.md upsert rules 4 and 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeStrategy {
+    /// Incoming properties are added or updated; the others are kept.
+    Append,
+    /// Every property is replaced; those not given are removed.
+    Rewrite,
+}
+
+/// Create a record unless one of the same label already holds equal values for the match
+/// properties; then update the oldest such record instead. Matching runs in the writer, so
+/// two concurrent upserts of one key make one record.
+#[derive(Debug, Clone)]
+pub struct UpsertRecord {
+    /// The id a new record gets. When a record matched, later ops of the batch that name this
+    /// id (links from a nested import) are redirected to the matched record.
+    pub id: Uuid,
+    pub label: String,
+    pub props: PropWrites,
+    /// Property names compared; empty: every incoming property. A name the incoming record
+    /// does not hold is not compared; with nothing to compare the record is created.
+    pub match_on: Vec<String>,
+    pub strategy: MergeStrategy,
+}
+
 /// One logical write. A batch of them is validated and applied atomically.
 #[derive(Debug, Clone)]
 pub enum WriteOp {
     Put(PutRecord),
+    Upsert(UpsertRecord),
     Retype {
         id: Uuid,
         from: String,
@@ -165,6 +191,8 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     pub seq: u64,
     /// Properties that lost holders in this batch; their metadata goes if nothing holds them.
     touched: BTreeSet<Uuid>,
+    /// Upserts that matched an existing record: their provisional id -> the matched id.
+    remap: HashMap<Uuid, Uuid>,
 }
 
 impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
@@ -174,6 +202,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             tenant,
             seq,
             touched: BTreeSet::new(),
+            remap: HashMap::new(),
         }
     }
 
@@ -307,6 +336,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     pub fn apply(&mut self, op: WriteOp) -> Result<WriteOutcome> {
         match op {
             WriteOp::Put(p) => self.put(p).map(|r| WriteOutcome::Record(Box::new(r))),
+            WriteOp::Upsert(u) => self.upsert(u).map(|r| WriteOutcome::Record(Box::new(r))),
             WriteOp::Retype { id, from, to } => {
                 let old = self.load(&id)?;
                 if old.label != from {
@@ -344,7 +374,11 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 Ok(WriteOutcome::Affected(n))
             }
             WriteOp::DeleteProperty { id } => self.delete_property(&id).map(WriteOutcome::Affected),
-            WriteOp::Link(l) => self.link(l).map(WriteOutcome::Affected),
+            WriteOp::Link(mut l) => {
+                l.source = self.resolve(l.source);
+                l.target = self.resolve(l.target);
+                self.link(l).map(WriteOutcome::Affected)
+            }
             WriteOp::Unlink(u) => self.unlink(u).map(WriteOutcome::Affected),
         }
     }
@@ -390,6 +424,84 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         }
         self.rewrite(&old, &new)?;
         Ok(new)
+    }
+
+    /// The record an id names in this batch (an upsert's provisional id -> its match).
+    fn resolve(&self, id: Uuid) -> Uuid {
+        self.remap.get(&id).copied().unwrap_or(id)
+    }
+
+    fn upsert(&mut self, u: UpsertRecord) -> Result<Record> {
+        let incoming: Vec<(&String, &PropValue)> = u
+            .props
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+            .filter(|(k, _)| u.match_on.is_empty() || u.match_on.contains(k))
+            .collect();
+        if let Some(old) = self.find_match(&u.label, &incoming)? {
+            self.remap.insert(u.id, old.id);
+            return self.put(PutRecord {
+                id: old.id,
+                mode: match u.strategy {
+                    MergeStrategy::Append => PutMode::Merge,
+                    MergeStrategy::Rewrite => PutMode::Replace,
+                },
+                label: None,
+                props: u.props,
+            });
+        }
+        self.put(PutRecord {
+            id: u.id,
+            mode: PutMode::Create,
+            label: Some(u.label),
+            props: u.props,
+        })
+    }
+
+    /// The oldest record of `label` whose values equal every given one (type, arrayness and
+    /// elements), found through the property index of the most specific value.
+    fn find_match(&self, label: &str, want: &[(&String, &PropValue)]) -> Result<Option<Record>> {
+        if want.is_empty() {
+            return Ok(None);
+        }
+        let mut prefix = None;
+        for (name, v) in want {
+            let by_name = self.key(keys::PROP_BY_NAME).str(name).u8(v.ty as u8).0;
+            let Some(pid) = self.ov.get(&by_name)? else {
+                return Ok(None); // nobody holds this (name, type)
+            };
+            if let Some(first) = v.items.first() {
+                let pid = codec::decode_uuid(&pid)?;
+                prefix = Some(
+                    self.key(keys::PROP_INDEX)
+                        .uuid(&pid)
+                        .str(label)
+                        .scalar(v.ty, first)
+                        .0,
+                );
+                break;
+            }
+        }
+        let prefix = prefix.unwrap_or_else(|| self.key(keys::LABEL_INDEX).str(label).0);
+        let mut candidates = BTreeSet::new();
+        self.ov.scan_prefix(&prefix, false, &mut |k, _| {
+            let id = Uuid::from_slice(&k[k.len() - 16..])
+                .map_err(|_| Error::internal("corrupt index key"))?;
+            candidates.insert(id);
+            Ok(true)
+        })?;
+        let mut best: Option<Record> = None;
+        for id in candidates {
+            let Some(rec) = get_record(&*self.ov, self.tenant, &id)? else {
+                continue;
+            };
+            let equal =
+                rec.label == label && want.iter().all(|(k, v)| rec.props.get(*k) == Some(*v));
+            if equal && best.as_ref().is_none_or(|b| rec.row < b.row) {
+                best = Some(rec);
+            }
+        }
+        Ok(best)
     }
 
     fn delete_property(&mut self, pid: &Uuid) -> Result<u64> {

@@ -128,7 +128,7 @@ impl RequestMeta {
 }
 
 /// Rejects JSON nested deeper than `max` before parsing (a bounded scan, no recursion).
-fn check_depth(body: &[u8], max: usize) -> Result<()> {
+pub(crate) fn check_depth(body: &[u8], max: usize) -> Result<()> {
     let (mut depth, mut in_str, mut esc) = (0usize, false, false);
     for &b in body {
         if in_str {

@@ -876,9 +876,6 @@ LATER_ROUTES = [
     ("GET", "/api/v1/relationships/patterns", None),
     ("POST", "/api/v1/tx", {}),
     ("POST", "/api/v1/tx/0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f/commit", {}),
-    ("POST", "/api/v1/records/import/json", {"label": "X", "data": [{"a": 1}]}),
-    ("POST", "/api/v1/records/import/csv", {"label": "X", "data": "a\n1"}),
-    ("POST", "/api/v1/records/export/csv", {}),
 ]
 
 
@@ -935,11 +932,10 @@ def test_protocol_unknown_record_404(module_api):
 
 
 @pytest.mark.parametrize("operation", [
-    {"kind": "ingest", "ingest": {"kind": "documents", "label": "X", "documents": [{"a": 1}]}},
     {"kind": "index", "index": {"kind": "create", "definition": {"label": "X", "property": "a", "kind": "text"}}},
     {"kind": "transaction", "transaction": {"kind": "begin"}},
     {"kind": "backup", "backup": {"kind": "snapshot"}},
-], ids=["ingest", "index", "transaction", "backup"])
+], ids=["index", "transaction", "backup"])
 def test_protocol_unimplemented_501(module_api, operation):
     before = module_api.search({"limit": 1})["total"]
     assert_protocol_error(module_api.protocol(operation), 501, "unsupported")

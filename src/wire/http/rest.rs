@@ -19,6 +19,7 @@ use serde_json::{json, Map, Value};
 
 use crate::protocol::render::Flat;
 
+mod bulk;
 mod relationships;
 
 fn property_json(p: &PropertyInfo) -> Value {
@@ -295,6 +296,18 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
             }
             .await
         }),
+        (&Method::POST, ["records", "import", "json"]) => (
+            "/api/v1/records/import/json",
+            bulk::import_json(state, &meta, req).await,
+        ),
+        (&Method::POST, ["records", "import", "csv"]) => (
+            "/api/v1/records/import/csv",
+            bulk::import_csv(state, &meta, req).await,
+        ),
+        (&Method::POST, ["records", "export", "csv"]) => (
+            "/api/v1/records/export/csv",
+            bulk::export_csv(state, &meta, req).await,
+        ),
         (&Method::POST, ["records", id, "relationships"]) => (
             "/api/v1/records/{id}/relationships",
             relationships::attach(state, &meta, req, id).await,
@@ -360,15 +373,6 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
 /// (after authentication) rather than 404, naming the capability.
 fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static str)> {
     Some(match (method, segs) {
-        (&Method::POST, ["records", "import", "json"]) => {
-            ("/api/v1/records/import/json", "JSON import")
-        }
-        (&Method::POST, ["records", "import", "csv"]) => {
-            ("/api/v1/records/import/csv", "CSV import")
-        }
-        (&Method::POST, ["records", "export", "csv"]) => {
-            ("/api/v1/records/export/csv", "CSV export")
-        }
         (_, ["relationships", "patterns", ..]) => (
             "/api/v1/relationships/patterns",
             "relationship-pattern suggestions (a hosted-offering feature)",

@@ -1,0 +1,211 @@
+//! Bulk writes: `ingest` documents and CSV (REST JSON and CSV import), upsert options, and
+//! `query exportCsv`. A whole ingest is one write batch: it applies entirely or not at all.
+
+use super::{Engine, Outcome};
+use crate::bulk::{self, csv as bulk_csv, FlattenOptions};
+use crate::error::{Error, Result};
+use crate::model::infer::InferOptions;
+use crate::model::{canonical_type, parse_uuid_v7, Record, DEFAULT_RELATION_TYPE};
+use crate::protocol::{IngestOp, QueryDocument, WriteOptions};
+use crate::store::records::{
+    MergeStrategy, PutMode, PutRecord, UpsertRecord, WriteOp, WriteOutcome,
+};
+use crate::store::relationships::LinkRel;
+use crate::store::Tenant;
+use serde_json::Value;
+
+/// Imports answer with the records they wrote only up to this many (SPEC.md `returnResult`).
+pub const MAX_RETURNED_RECORDS: usize = 1000;
+
+/// Upsert settings from `mergeBy` / `mergeStrategy` (SPEC.md upsert rule 1: either triggers it).
+#[derive(Debug, Clone)]
+pub(super) struct Upsert {
+    pub match_on: Vec<String>,
+    pub strategy: MergeStrategy,
+}
+
+/// Write options, validated once for create and imports.
+pub(super) struct Options {
+    pub flatten: FlattenOptions,
+    pub upsert: Option<Upsert>,
+    pub relationship_type: String,
+    pub return_result: bool,
+}
+
+impl Options {
+    pub fn parse(o: Option<&WriteOptions>) -> Result<Options> {
+        let d = WriteOptions::default();
+        let o = o.unwrap_or(&d);
+        let strategy = match o.merge_strategy.as_deref() {
+            None | Some("append") => MergeStrategy::Append,
+            Some("rewrite") => MergeStrategy::Rewrite,
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "options.mergeStrategy: '{}' is not one of append, rewrite",
+                    crate::model::truncate(other, 64)
+                )))
+            }
+        };
+        let upsert = (o.merge_by.is_some() || o.merge_strategy.is_some()).then(|| Upsert {
+            match_on: o.merge_by.clone().unwrap_or_default(),
+            strategy,
+        });
+        let relationship_type = match o.relationship_type.as_deref() {
+            None => DEFAULT_RELATION_TYPE.to_string(),
+            Some("") => {
+                return Err(Error::invalid(
+                    "options.relationshipType: must not be empty",
+                ))
+            }
+            Some(t) => canonical_type(t).to_string(),
+        };
+        Ok(Options {
+            flatten: FlattenOptions {
+                infer: InferOptions {
+                    suggest_types: o.suggest_types.unwrap_or(true),
+                    convert_numeric: o.convert_numeric_values_to_numbers.unwrap_or(false),
+                },
+                capitalize_labels: o.capitalize_labels.unwrap_or(false),
+                skip_empty_values: o.skip_empty_values.unwrap_or(false),
+            },
+            upsert,
+            relationship_type,
+            return_result: o.return_result.unwrap_or(false),
+        })
+    }
+}
+
+/// The write of one planned record: a create, or an upsert when the options ask for one.
+pub(super) fn record_op(
+    id: uuid::Uuid,
+    label: String,
+    props: crate::model::infer::PropWrites,
+    upsert: Option<&Upsert>,
+) -> WriteOp {
+    match upsert {
+        Some(u) => WriteOp::Upsert(UpsertRecord {
+            id,
+            label,
+            props,
+            match_on: u.match_on.clone(),
+            strategy: u.strategy,
+        }),
+        None => WriteOp::Put(PutRecord {
+            id,
+            mode: PutMode::Create,
+            label: Some(label),
+            props,
+        }),
+    }
+}
+
+/// Rejects inline vectors until vector indexes exist (they would be silently lost).
+fn no_vectors(vectors: Option<&Vec<Value>>) -> Result<()> {
+    let given = vectors.is_some_and(|v| {
+        v.iter()
+            .any(|e| !e.is_null() && e.as_array().is_none_or(|a| !a.is_empty()))
+    });
+    if given {
+        return Err(Error::unsupported("inline vectors (vectors[i]) in imports"));
+    }
+    Ok(())
+}
+
+impl Engine {
+    pub(super) async fn ingest(&self, tenant: Tenant, op: IngestOp) -> Result<Outcome> {
+        let (label, docs, options, parent, what) = match op {
+            IngestOp::Documents(d) => (d.label, d.documents, d.options, d.parent_id, "documents"),
+            IngestOp::Csv(c) => {
+                no_vectors(c.vectors.as_ref())?;
+                let label = c.label.filter(|l| !l.is_empty()).ok_or_else(|| {
+                    Error::invalid("label is required: every CSV row becomes a record of it")
+                })?;
+                let cfg = bulk_csv::ParseConfig::from_json(c.parse_config.as_ref())?;
+                let rows = bulk_csv::parse(&c.data, &cfg)?;
+                let docs = rows.into_iter().map(Value::Object).collect();
+                (Some(label), docs, c.options, c.parent_id, "rows")
+            }
+        };
+        let o = Options::parse(options.as_ref())?;
+        let parent = parent
+            .filter(|p| !p.is_empty())
+            .map(|p| parse_uuid_v7(&p, "parentId"))
+            .transpose()?;
+        if let Some(p) = parent {
+            self.require_tenant(&tenant, p)?;
+        }
+        let plan = tokio::task::spawn_blocking(move || {
+            bulk::flatten(label.as_deref(), &docs, what, &o.flatten).map(|p| (p, o))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("import task: {e}")))??;
+        let (plan, o) = plan;
+        let records = plan.records.len();
+        if records == 0 {
+            return Ok(Outcome::Ingested {
+                count: 0,
+                relationships: 0,
+                records: o.return_result.then(Vec::new),
+            });
+        }
+        let link = |source, target, unique| {
+            WriteOp::Link(LinkRel {
+                source,
+                target,
+                rel_type: o.relationship_type.clone(),
+                props: Default::default(),
+                unique,
+            })
+        };
+        // Links go after every record, so an upsert's match is known when a link names it.
+        // With upserts, a link may already exist between two matched records: keep one.
+        let unique = o.upsert.is_some();
+        let mut ops = Vec::with_capacity(records + plan.links.len() + plan.roots.len());
+        let links: Vec<WriteOp> = plan
+            .links
+            .iter()
+            .map(|&(p, c)| link(p, c, unique))
+            .chain(
+                parent
+                    .iter()
+                    .flat_map(|p| plan.roots.iter().map(|&r| link(*p, r, true))),
+            )
+            .collect();
+        for r in plan.records {
+            ops.push(record_op(r.id, r.label, r.props, o.upsert.as_ref()));
+        }
+        ops.extend(links);
+        let out = self.store.write(tenant, ops).await?;
+        let mut written: Vec<Record> = Vec::new();
+        let mut relationships = 0;
+        let keep = o.return_result && records <= MAX_RETURNED_RECORDS;
+        for w in out {
+            match w {
+                WriteOutcome::Record(r) if keep => written.push(*r),
+                WriteOutcome::Record(_) => {}
+                WriteOutcome::Affected(n) => relationships += n,
+            }
+        }
+        Ok(Outcome::Ingested {
+            count: records as u64,
+            relationships,
+            records: keep.then_some(written),
+        })
+    }
+
+    /// `query exportCsv`: the records a search finds (limit up to 1000), as CSV text.
+    pub(super) async fn export_csv(&self, tenant: &Tenant, doc: &QueryDocument) -> Result<Outcome> {
+        if doc.aggregate.is_some() || doc.select.is_some() || doc.group_by.is_some() {
+            return Err(Error::invalid(
+                "CSV export takes where, orderBy, skip, limit and labels; aggregate, select and groupBy are not exported",
+            ));
+        }
+        let records = match self.find_records(tenant, doc).await? {
+            Outcome::Records { records, .. } => records,
+            other => return Err(Error::internal(format!("export got {other:?}"))),
+        };
+        let count = records.len() as u64;
+        let content = bulk_csv::render(&records)?;
+        Ok(Outcome::Csv { content, count })
+    }
+}

@@ -1,0 +1,584 @@
+"""Bulk data through REST, Protocol v1 and the `rushdb` 3.0 SDK in direct mode: nested JSON
+import (every shape and write option), CSV import (every parseConfig option, header rules,
+malformed input), CSV export (columns, CRLF, quoting) and its round trip, upsert (append,
+rewrite, mergeBy, nested remapping, concurrency), atomic failure, and a 50,000-document ingest.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+
+import pytest
+from rushdb import RushDB
+
+from conftest import DEV_TOKEN, assert_protocol_error, assert_rest_error, is_uuid_v7, unchanged, unique
+
+DEFAULT_TYPE = "__SERVICE__RELATION__DEFAULT__"
+
+
+def import_json(api, body, status=201):
+    r = api.post("/api/v1/records/import/json", body)
+    assert r.status_code == status, f"{body} -> {r.text}"
+    return r.json()["data"]
+
+
+def import_csv(api, body, status=201):
+    r = api.post("/api/v1/records/import/csv", body)
+    assert r.status_code == status, f"{body} -> {r.text}"
+    return r.json()["data"]
+
+
+def export(api, body):
+    r = api.post("/api/v1/records/export/csv", body)
+    assert r.status_code == 200, f"{body} -> {r.text}"
+    data = r.json()["data"]
+    assert set(data) == {"fileContent", "dateTime"}
+    assert data["dateTime"].endswith("Z") and data["dateTime"][4] == "-"
+    return data["fileContent"]
+
+
+def records_of(api, label, **extra):
+    return api.search({"labels": [label], "limit": 1000, **extra})["data"]
+
+
+def props(rec):
+    return {k: v for k, v in rec.items() if not k.startswith("__") and k not in ("id", "label")}
+
+
+def rels_of(api, rid):
+    r = api.get(f"/api/v1/records/{rid}/relationships")
+    assert r.status_code == 200, r.text
+    return r.json()["data"]["data"]
+
+
+def children(api, rid, type_=DEFAULT_TYPE):
+    """Ids of the records `rid` points to with `type_`."""
+    return {x["targetId"] for x in rels_of(api, rid) if x["sourceId"] == rid and x["type"] == type_}
+
+
+# ---------------------------------------------------------------------------------------
+# JSON import: shapes
+# ---------------------------------------------------------------------------------------
+
+
+def test_import_single_object_with_nested_object_and_array(module_api):
+    order = unique("ORDER")
+    out = import_json(module_api, {"label": order, "data": {
+        "number": 7, "paid": True, "tags": ["a", "b"],
+        "customer": {"name": "Ada", "address": {"city": "Berlin"}},
+        "items": [{"sku": "x", "qty": 2}, {"sku": "y", "qty": 1}],
+    }})
+    assert out == {"message": "5 record(s) imported", "count": 5}
+    [root] = records_of(module_api, order)
+    assert props(root) == {"number": 7, "paid": True, "tags": ["a", "b"]}
+    kids = children(module_api, root["__id"])
+    assert len(kids) == 3
+    labels = sorted(module_api.record(k)["__label"] for k in kids)
+    assert labels == ["customer", "items", "items"]
+    [cust] = [k for k in kids if module_api.record(k)["__label"] == "customer"]
+    assert props(module_api.record(cust)) == {"name": "Ada"}
+    [addr] = children(module_api, cust)
+    assert module_api.record(addr)["__label"] == "address"
+    assert props(module_api.record(addr)) == {"city": "Berlin"}
+    skus = sorted(module_api.record(k)["sku"] for k in kids if module_api.record(k)["__label"] == "items")
+    assert skus == ["x", "y"]
+
+
+def test_import_array_needs_label_and_makes_one_root_each(module_api):
+    label = unique("ROW")
+    assert_rest_error(module_api.post("/api/v1/records/import/json", {"data": [{"a": 1}]}),
+                      400, "invalid_argument", message_contains=["label"])
+    out = import_json(module_api, {"label": label, "data": [{"a": 1}, {"a": 2}, {"a": 3}]})
+    assert out["count"] == 3
+    assert sorted(r["a"] for r in records_of(module_api, label)) == [1, 2, 3]
+
+
+def test_import_container_object_uses_keys_as_labels(module_api):
+    author, publisher = unique("AUTHOR"), unique("PUBLISHER")
+    out = import_json(module_api, {"data": {
+        author: [{"name": "A1", "books": [{"title": "B1"}, {"title": "B2"}]}, {"name": "A2"}],
+        publisher: {"name": "P"},
+    }})
+    assert out["count"] == 5
+    assert sorted(r["name"] for r in records_of(module_api, author)) == ["A1", "A2"]
+    assert [r["name"] for r in records_of(module_api, publisher)] == ["P"]
+    [a1] = [r for r in records_of(module_api, author) if r["name"] == "A1"]
+    assert len(children(module_api, a1["__id"])) == 2
+    # a container with a primitive at top level names the key
+    assert_rest_error(module_api.post("/api/v1/records/import/json", {"data": {"x": 1}}),
+                      400, "invalid_argument", message_contains=["documents[0].x"])
+
+
+def test_import_deep_nesting_links_every_level(module_api):
+    label = unique("L0")
+    doc = {"level": 0}
+    node = doc
+    for depth in range(1, 8):
+        node["next"] = {"level": depth}
+        node = node["next"]
+    assert import_json(module_api, {"label": label, "data": doc})["count"] == 8
+    [cur] = records_of(module_api, label)
+    seen = [cur["level"]]
+    while True:
+        kids = children(module_api, cur["__id"])
+        if not kids:
+            break
+        [k] = kids
+        cur = module_api.record(k)
+        assert cur["__label"] == "next"
+        seen.append(cur["level"])
+    assert seen == list(range(8))
+
+
+def test_import_string_payloads_by_format(module_api):
+    label = unique("FMT")
+    assert import_json(module_api, {"label": label, "data": json.dumps([{"a": 1}, {"a": 2}])})["count"] == 2
+    assert import_json(module_api, {"label": label, "data": '{"a": 3}\n\n{"a": 4}\n', "format": "jsonl"})["count"] == 2
+    assert import_json(module_api, {"label": label, "data": '{"a": 5}\r\n{"a": 6}', "format": "ndjson"})["count"] == 2
+    assert sorted(r["a"] for r in records_of(module_api, label)) == [1, 2, 3, 4, 5, 6]
+    with unchanged(module_api):
+        assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": label, "data": '{"a": 1}\n{oops', "format": "jsonl"}),
+                          400, "invalid_argument", message_contains=["line 2"])
+        assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": label, "data": "[1,", "format": "json"}),
+                          400, "invalid_argument", message_contains=["malformed JSON"])
+        assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": label, "data": "{}", "format": "xml"}),
+                          400, "invalid_argument", message_contains=["format"])
+        assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": label, "data": 5}),
+                          400, "invalid_argument", message_contains=["data"])
+
+
+def test_import_parent_id_attaches_roots(module_api):
+    parent = module_api.create(unique("PARENT"), {"n": 1})
+    label = unique("KID")
+    import_json(module_api, {"label": label, "parentId": parent, "data": [{"k": 1}, {"k": 2, "sub": {"s": 1}}],
+                             "options": {"relationshipType": "HAS"}})
+    kids = children(module_api, parent, "HAS")
+    assert sorted(module_api.record(k)["k"] for k in kids) == [1, 2]
+    with unchanged(module_api):
+        missing = "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f"
+        assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": label, "parentId": missing, "data": {"k": 3}}),
+                          404, "not_found")
+        assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": label, "parentId": "nope", "data": {"k": 3}}),
+                          400, "invalid_argument", message_contains=["parentId"])
+
+
+# ---------------------------------------------------------------------------------------
+# JSON import: write options
+# ---------------------------------------------------------------------------------------
+
+
+def test_option_suggest_types_false_stores_strings(module_api):
+    label = unique("ST")
+    import_json(module_api, {"label": label, "data": {"n": 5, "b": True, "d": "2024-01-02"},
+                             "options": {"suggestTypes": False}})
+    [r] = records_of(module_api, label)
+    assert props(r) == {"n": "5", "b": "true", "d": "2024-01-02"}
+    assert set(r["__proptypes"].values()) == {"string"}
+
+
+def test_option_suggest_types_default_infers(module_api):
+    label = unique("SI")
+    import_json(module_api, {"label": label, "data": {"n": 5, "b": True, "d": "2024-01-02", "s": "x"}})
+    [r] = records_of(module_api, label)
+    assert r["__proptypes"] == {"n": "number", "b": "boolean", "d": "datetime", "s": "string"}
+
+
+def test_option_convert_numeric_values(module_api):
+    label = unique("CN")
+    import_json(module_api, {"label": label, "data": [{"v": "42"}, {"v": "-1.5"}, {"v": "4x"}],
+                             "options": {"convertNumericValuesToNumbers": True}})
+    got = sorted((r["v"], r["__proptypes"]["v"]) for r in records_of(module_api, label) if r["__proptypes"]["v"] == "number")
+    assert got == [(-1.5, "number"), (42, "number")]
+    assert [r["v"] for r in records_of(module_api, label) if r["__proptypes"]["v"] == "string"] == ["4x"]
+
+
+def test_option_capitalize_labels_applies_to_inferred_labels(module_api):
+    label = unique("Cap")
+    kid = unique("child")
+    import_json(module_api, {"label": label, "data": {"a": 1, kid: {"b": 2}}, "options": {"capitalizeLabels": True}})
+    labels = module_api.labels({})
+    assert labels.get(label) == 1 and labels.get(kid.upper()) == 1 and kid not in labels
+
+
+def test_option_relationship_type_and_sdk_default_alias(module_api):
+    label = unique("RT")
+    import_json(module_api, {"label": label, "data": {"a": 1, "k": {"b": 1}}, "options": {"relationshipType": "OWNS"}})
+    [root] = records_of(module_api, label)
+    assert [x["type"] for x in rels_of(module_api, root["__id"])] == ["OWNS"]
+    label2 = unique("RT")
+    import_json(module_api, {"label": label2, "data": {"a": 1, "k": {"b": 1}},
+                             "options": {"relationshipType": "__RUSHDB__RELATION__DEFAULT__"}})
+    [root2] = records_of(module_api, label2)
+    assert [x["type"] for x in rels_of(module_api, root2["__id"])] == [DEFAULT_TYPE]
+    assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": label, "data": {"a": 1}, "options": {"relationshipType": ""}}),
+                      400, "invalid_argument", message_contains=["relationshipType"])
+
+
+def test_option_return_result_up_to_1000(module_api):
+    label = unique("RR")
+    out = import_json(module_api, {"label": label, "data": [{"i": i} for i in range(3)], "options": {"returnResult": True}})
+    assert isinstance(out, list) and sorted(r["i"] for r in out) == [0, 1, 2]
+    assert all(is_uuid_v7(r["__id"]) and r["__label"] == label for r in out)
+    big = unique("RR")
+    out = import_json(module_api, {"label": big, "data": [{"i": i} for i in range(1001)], "options": {"returnResult": True}})
+    assert out == {"message": "1001 record(s) imported", "count": 1001}
+    assert module_api.labels({})[big] == 1001
+
+
+def test_option_skip_empty_values(module_api):
+    label = unique("SE")
+    import_json(module_api, {"label": label, "data": {"a": "", "b": [], "c": 0, "d": False},
+                             "options": {"skipEmptyValues": True}})
+    [r] = records_of(module_api, label)
+    assert props(r) == {"c": 0, "d": False}
+
+
+def test_option_types_are_checked(module_api):
+    with unchanged(module_api):
+        assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": "X", "data": {"a": 1}, "options": {"mergeStrategy": "merge"}}),
+                          400, "invalid_argument", message_contains=["mergeStrategy"])
+        assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": "X", "data": {"a": 1}, "options": {"suggestTypes": "yes"}}),
+                          400, "invalid_argument", message_contains=["suggestTypes"])
+
+
+# ---------------------------------------------------------------------------------------
+# Atomicity and bad documents
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ({"n": 1, "mixed": [{"a": 1}, 2]}, "documents[3].mixed"),
+    ({"__id": "x"}, "documents[3].__id"),
+    ({"n": [1, None]}, "documents[3]"),
+    ("not an object", "documents[3]"),
+    ({"kid": {"": 1}}, "documents[3].kid"),
+], ids=["mixed-array", "reserved-name", "null-in-array", "scalar-document", "empty-name"])
+def test_failing_document_fails_whole_import(module_api, bad, needle):
+    label = unique("ATOM")
+    docs = [{"n": 0, "kid": {"k": 1}}, {"n": 1}, {"n": 2}, bad, {"n": 4}]
+    with unchanged(module_api):
+        r = module_api.post("/api/v1/records/import/json", {"label": label, "data": docs})
+        assert_rest_error(r, 400, "invalid_argument", message_contains=[needle])
+    assert label not in module_api.labels({})
+
+
+def test_failing_upsert_import_leaves_existing_records(module_api):
+    label = unique("ATOMU")
+    rid = module_api.create(label, {"key": "k1", "v": 1})
+    with unchanged(module_api):
+        r = module_api.post("/api/v1/records/import/json", {"label": label, "data": [{"key": "k1", "v": 2}, {"key": {"bad": [1, {"x": 1}]}}],
+                                                             "options": {"mergeBy": ["key"]}})
+        assert r.status_code == 400, r.text
+    assert module_api.record(rid)["v"] == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Upsert
+# ---------------------------------------------------------------------------------------
+
+
+def test_upsert_append_keeps_other_fields(module_api):
+    label = unique("UPA")
+    rid = module_api.create(label, {"email": "a@x", "name": "A", "age": 30})
+    r = module_api.post("/api/v1/records", {"label": label, "data": {"email": "a@x", "age": 31},
+                                            "options": {"mergeBy": ["email"], "mergeStrategy": "append", "returnResult": True}})
+    assert r.status_code == 201, r.text
+    assert r.json()["data"]["__id"] == rid
+    assert props(module_api.record(rid)) == {"email": "a@x", "name": "A", "age": 31}
+    assert len(records_of(module_api, label)) == 1
+
+
+def test_upsert_rewrite_removes_unmentioned_fields(module_api):
+    label = unique("UPR")
+    rid = module_api.create(label, {"email": "a@x", "name": "A", "age": 30})
+    r = module_api.post("/api/v1/records", {"label": label, "data": {"email": "a@x", "age": 32},
+                                            "options": {"mergeBy": ["email"], "mergeStrategy": "rewrite"}})
+    assert r.status_code == 201, r.text
+    assert r.json()["data"]["id"] == rid
+    assert props(module_api.record(rid)) == {"email": "a@x", "age": 32}
+
+
+def test_upsert_merge_by_empty_matches_all_incoming_keys(module_api):
+    label = unique("UPE")
+    rid = module_api.create(label, {"a": 1, "b": 2, "c": 3})
+    same = module_api.post("/api/v1/records", {"label": label, "data": {"a": 1, "b": 2}, "options": {"mergeBy": [], "returnResult": True}})
+    assert same.json()["data"]["__id"] == rid
+    other = module_api.post("/api/v1/records", {"label": label, "data": {"a": 1, "b": 5}, "options": {"mergeBy": [], "returnResult": True}})
+    assert other.json()["data"]["__id"] != rid
+    # mergeStrategy alone triggers upsert on all incoming keys too
+    again = module_api.post("/api/v1/records", {"label": label, "data": {"a": 1, "b": 5}, "options": {"mergeStrategy": "append", "returnResult": True}})
+    assert again.json()["data"]["__id"] == other.json()["data"]["__id"]
+    assert len(records_of(module_api, label)) == 2
+
+
+def test_upsert_matches_type_strictly_within_label(module_api):
+    label = unique("UPT")
+    rid = module_api.create(label, {"code": 30})
+    other_label = module_api.post("/api/v1/records", {"label": unique("UPT"), "data": {"code": 30}, "options": {"mergeBy": ["code"], "returnResult": True}})
+    assert other_label.json()["data"]["__id"] != rid
+    text = module_api.post("/api/v1/records", {"label": label, "data": {"code": "30"}, "options": {"mergeBy": ["code"], "returnResult": True}})
+    assert text.json()["data"]["__id"] != rid
+    num = module_api.post("/api/v1/records", {"label": label, "data": {"code": 30, "x": 1}, "options": {"mergeBy": ["code"], "returnResult": True}})
+    assert num.json()["data"]["__id"] == rid
+
+
+def test_upsert_with_several_matches_updates_the_oldest(module_api):
+    label = unique("UPO")
+    first = module_api.create(label, {"k": "dup", "n": 1})
+    second = module_api.create(label, {"k": "dup", "n": 2})
+    r = module_api.post("/api/v1/records", {"label": label, "data": {"k": "dup", "n": 9}, "options": {"mergeBy": ["k"], "returnResult": True}})
+    assert r.json()["data"]["__id"] == first
+    assert module_api.record(first)["n"] == 9 and module_api.record(second)["n"] == 2
+
+
+def test_import_upsert_remaps_nested_relationships(module_api):
+    order, item = unique("UORD"), unique("UITEM")
+    doc = {"no": 1, "status": "new", item: [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}]}
+    import_json(module_api, {"label": order, "data": doc, "options": {"mergeBy": ["no", "sku"]}})
+    doc2 = {"no": 1, "status": "paid", item: [{"sku": "a", "qty": 5}, {"sku": "c", "qty": 1}]}
+    out = import_json(module_api, {"label": order, "data": doc2, "options": {"mergeBy": ["no", "sku"], "returnResult": True}})
+    assert len(out) == 3
+    [o] = records_of(module_api, order)
+    assert o["status"] == "paid"
+    items = {r["sku"]: r for r in records_of(module_api, item)}
+    assert set(items) == {"a", "b", "c"} and items["a"]["qty"] == 5 and items["b"]["qty"] == 2
+    # one relationship per (order, item): the matched item was not linked twice
+    assert children(module_api, o["__id"]) == {items[s]["__id"] for s in "abc"}
+    assert len(rels_of(module_api, o["__id"])) == 3
+
+
+def test_concurrent_upserts_of_one_key_make_one_record(module_api):
+    label = unique("UPC")
+    errors = []
+
+    def worker(i):
+        try:
+            r = module_api.post("/api/v1/records", {"label": label, "data": {"key": "same", f"w{i}": i},
+                                                    "options": {"mergeBy": ["key"]}})
+            assert r.status_code == 201, r.text
+        except Exception as e:  # pragma: no cover - surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    [r] = records_of(module_api, label)
+    assert {f"w{i}" for i in range(16)} <= set(r)
+
+
+# ---------------------------------------------------------------------------------------
+# CSV import
+# ---------------------------------------------------------------------------------------
+
+
+def csv_rows(api, label):
+    return sorted((props(r) for r in records_of(api, label)), key=lambda p: json.dumps(p, sort_keys=True))
+
+
+def test_csv_defaults(module_api):
+    label = unique("CSV")
+    out = import_csv(module_api, {"label": label, "data": "name,age,active,joined,note\r\nAda,36,true,2024-01-02,\r\n\r\n\"Lovelace, A\",1.5,FALSE,x,\"say \"\"hi\"\"\"\r\n"})
+    assert out["count"] == 2
+    rows = {r["name"]: r for r in records_of(module_api, label)}
+    assert props(rows["Ada"]) == {"name": "Ada", "age": 36, "active": True, "joined": "2024-01-02"}
+    assert rows["Ada"]["__proptypes"] == {"name": "string", "age": "number", "active": "boolean", "joined": "datetime"}
+    assert props(rows["Lovelace, A"]) == {"name": "Lovelace, A", "age": 1.5, "active": False, "joined": "x", "note": 'say "hi"'}
+
+
+@pytest.mark.parametrize("config,data,expected", [
+    ({"delimiter": ";"}, "a;b\n1;x\n", [{"a": 1, "b": "x"}]),
+    ({"delimiter": "\t"}, "a\tb\n1\tx\n", [{"a": 1, "b": "x"}]),
+    ({"header": False}, "1,x\n2,y\n", [{"column_1": 1, "column_2": "x"}, {"column_1": 2, "column_2": "y"}]),
+    ({"skipEmptyLines": True}, "a\n1\n\n2\n", [{"a": 1}, {"a": 2}]),
+    ({"skipEmptyLines": False}, "a\n1\n\n2\n", [{}, {"a": 1}, {"a": 2}]),
+    ({"skipEmptyLines": "greedy"}, "a,b\n1,2\n , \n", [{"a": 1, "b": 2}]),
+    ({"dynamicTyping": False}, "a,b,c\n1,true,\n", [{"a": "1", "b": "true", "c": ""}]),
+    ({"dynamicTyping": True}, "a,b,c\n1,true,\n", [{"a": 1, "b": True}]),
+    ({"quoteChar": "'"}, "a,b\n'x,y',2\n", [{"a": "x,y", "b": 2}]),
+    ({"escapeChar": "\\"}, 'a\n"x\\"y"\n', [{"a": 'x"y'}]),
+    ({"newline": "\r"}, "a\r1\r2\r", [{"a": 1}, {"a": 2}]),
+    ({"newline": "\n"}, "a\n1\n", [{"a": 1}]),
+], ids=["delimiter", "tab", "header-false", "skip-true", "skip-false", "skip-greedy", "typing-off",
+        "typing-on", "quote", "escape", "newline-cr", "newline-lf"])
+def test_csv_parse_config_options(module_api, config, data, expected):
+    label = unique("PC")
+    import_csv(module_api, {"label": label, "data": data, "parseConfig": config})
+    assert csv_rows(module_api, label) == sorted(expected, key=lambda p: json.dumps(p, sort_keys=True))
+
+
+def test_csv_headers_are_normalised_and_system_columns_skipped(module_api):
+    label = unique("HDR")
+    import_csv(module_api, {"label": label, "data": "__id,__label, first name ,,a-b,a_b,a_b\nX,Y,Ada,e,1,2,3\n"})
+    [r] = records_of(module_api, label)
+    assert props(r) == {"first_name": "Ada", "column_4": "e", "a_b": 1, "a_b_2": 2, "a_b_3": 3}
+
+
+def test_csv_bad_input(module_api):
+    label = unique("BAD")
+    with unchanged(module_api):
+        assert_rest_error(module_api.post("/api/v1/records/import/csv", {"label": label, "data": "a,b\n1,2\n3,4,5\n"}),
+                          400, "invalid_argument", message_contains=["line 3"])
+        assert_rest_error(module_api.post("/api/v1/records/import/csv", {"label": label, "data": "a,b\r\n1,2\r\n\"open,4\r\n5,6\r\n"}),
+                          400, "invalid_argument", message_contains=["line 3", "not closed"])
+        assert_rest_error(module_api.post("/api/v1/records/import/csv", {"data": "a\n1\n"}),
+                          400, "invalid_argument", message_contains=["label"])
+        assert_rest_error(module_api.post("/api/v1/records/import/csv", {"label": label}),
+                          400, "invalid_argument", message_contains=["data"])
+        assert_rest_error(module_api.post("/api/v1/records/import/csv", {"label": label, "data": "a\n1", "parseConfig": {"delimiter": ";;"}}),
+                          400, "invalid_argument", message_contains=["parseConfig.delimiter"])
+        assert_rest_error(module_api.post("/api/v1/records/import/csv", {"label": label, "data": "a\n1", "parseConfig": {"header": "yes"}}),
+                          400, "invalid_argument", message_contains=["parseConfig.header"])
+        assert_rest_error(module_api.post("/api/v1/records/import/csv", {"label": label, "data": "a\n1", "vectors": [[{"propertyName": "v", "vector": [1, 2]}]]}),
+                          501, "unsupported", message_contains=["vectors"])
+
+
+def test_csv_options_and_upsert(module_api):
+    label = unique("CSVU")
+    import_csv(module_api, {"label": label, "data": "sku,qty\na,1\nb,2\n"})
+    import_csv(module_api, {"label": label, "data": "sku,qty\na,5\nc,1\n", "options": {"mergeBy": ["sku"]}})
+    assert {r["sku"]: r["qty"] for r in records_of(module_api, label)} == {"a": 5, "b": 2, "c": 1}
+    out = import_csv(module_api, {"label": label, "data": "sku,qty\nd,07\n",
+                                  "parseConfig": {"dynamicTyping": False}, "options": {"convertNumericValuesToNumbers": True, "returnResult": True}})
+    assert out[0]["qty"] == 7 and out[0]["__proptypes"]["qty"] == "number"
+
+
+def test_csv_parent_id(module_api):
+    parent = module_api.create(unique("CP"), {})
+    label = unique("CK")
+    import_csv(module_api, {"label": label, "parentId": parent, "data": "a\n1\n2\n"})
+    assert len(children(module_api, parent)) == 2
+
+
+# ---------------------------------------------------------------------------------------
+# CSV export and round trip
+# ---------------------------------------------------------------------------------------
+
+
+def test_export_columns_crlf_and_quoting(module_api):
+    label = unique("EXP")
+    a = module_api.create(label, {"name": "plain", "n": 1})
+    b = module_api.create(label, {"name": 'has, comma "and quotes"\nand newline', "tags": ["x", "y"], "flag": True})
+    text = export(module_api, {"labels": [label], "orderBy": "asc"})
+    assert text.endswith("\r\n")
+    # the only bare LF is the one inside the quoted cell
+    assert text.replace("\r\n", "").count("\n") == 1
+    lines = text.split("\r\n")
+    assert lines[0] == "__id,__label,flag,n,name,tags"
+    assert lines[1] == f"{a},{label},,1,plain,"
+    parsed = list(csv.reader(io.StringIO(text, newline="")))
+    assert parsed[2] == [b, label, "true", "", 'has, comma "and quotes"\nand newline', '["x","y"]']
+    assert len(parsed) == 3
+
+
+def test_export_search_options(module_api):
+    label = unique("EXS")
+    for i in range(5):
+        module_api.create(label, {"i": i, "even": i % 2 == 0})
+    text = export(module_api, {"labels": [label], "where": {"even": True}, "orderBy": {"i": "desc"}, "skip": 1, "limit": 1})
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert [r["i"] for r in rows] == ["2"]
+    assert export(module_api, {"labels": [unique("NONE")]}) == "__id,__label\r\n"
+    assert_rest_error(module_api.post("/api/v1/records/export/csv", {"labels": [label], "limit": 1001}),
+                      400, "invalid_argument", message_contains=["limit"])
+    assert_rest_error(module_api.post("/api/v1/records/export/csv", {"labels": [label], "aggregate": {"c": {"fn": "count"}}}),
+                      400, "invalid_argument")
+
+
+def test_export_import_round_trip_preserves_scalars_and_types(module_api):
+    label = unique("TRIP")
+    originals = [
+        {"name": "Ada", "age": 36, "score": 9.5, "member": True, "since": "2021-03-04T05:06:07Z"},
+        {"name": "Bob, Jr.", "age": -2, "member": False, "since": "1999-12-31"},
+        {"name": 'Quote "Q"', "score": 0.25},
+    ]
+    ids = [module_api.create(label, o) for o in originals]
+    before = {r["__id"]: (props(r), r["__proptypes"]) for r in records_of(module_api, label)}
+    text = export(module_api, {"labels": [label]})
+    module_api.post("/api/v1/records/delete", {"labels": [label]})
+    import_csv(module_api, {"label": label, "data": text})
+    after = sorted((json.dumps(props(r), sort_keys=True), json.dumps(r["__proptypes"], sort_keys=True)) for r in records_of(module_api, label))
+    expected = sorted((json.dumps(p, sort_keys=True), json.dumps(t, sort_keys=True)) for p, t in before.values())
+    assert after == expected
+    assert len(ids) == 3
+
+
+# ---------------------------------------------------------------------------------------
+# Protocol v1: ingest and exportCsv
+# ---------------------------------------------------------------------------------------
+
+
+def test_protocol_ingest_documents_and_csv(module_api):
+    label = unique("ING")
+    r = module_api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": label, "documents": [
+        {"a": 1, "kid": {"b": 1}}, {"a": 2}], "options": {"returnResult": True}}})
+    assert r.status_code == 200, r.text
+    resp = r.json()["response"]
+    assert resp["kind"] == "ingested" and resp["count"] == 3 and resp["relationships"] == 1
+    assert {x["label"] for x in resp["records"]} == {label, "kid"}
+    assert set(resp["records"][0]) == {"id", "label", "properties", "propertyTypes"}
+    r = module_api.protocol({"kind": "ingest", "ingest": {"kind": "csv", "label": label, "data": "a\n3\n4\n"}})
+    assert r.json()["response"] == {"kind": "ingested", "count": 2, "relationships": 0}
+    r = module_api.protocol({"kind": "query", "query": {"kind": "exportCsv", "query": {"labels": [label], "order": {"a": "asc"}}}})
+    resp = r.json()["response"]
+    assert resp["kind"] == "csv" and resp["count"] == 4
+    assert [row["a"] for row in csv.DictReader(io.StringIO(resp["content"], newline=""))] == ["1", "2", "3", "4"]
+    bad = module_api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": label, "documents": [{"a": 1}, {"a": {"b": [1, {"c": 2}]}}]}})
+    assert_protocol_error(bad, 400, "invalid_argument", message_contains=["documents[1].a.b"])
+
+
+def test_ingest_of_50000_small_documents(module_api):
+    label = unique("BIG")
+    docs = [{"i": i, "name": f"n{i}", "even": i % 2 == 0} for i in range(50_000)]
+    r = module_api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": label, "documents": docs}})
+    assert r.status_code == 200, r.text[:500]
+    assert r.json()["response"]["count"] == 50_000
+    assert module_api.labels({})[label] == 50_000
+    found = module_api.search({"labels": [label], "where": {"i": {"$gte": 49_998}}, "orderBy": {"i": "asc"}})
+    assert [x["name"] for x in found["data"]] == ["n49998", "n49999"]
+
+
+# ---------------------------------------------------------------------------------------
+# The rushdb SDK in direct mode
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def db(module_engine):
+    return RushDB(DEV_TOKEN, direct=True, engine_url=module_engine.url)
+
+
+def test_sdk_import_json_nested(db, module_api):
+    label = unique("SDKJ")
+    result = db.records.import_json({label: [{"name": "A", "pets": [{"kind": "cat"}]}, {"name": "B"}]})
+    assert sorted(r.label for r in result.data) == sorted([label, label, "pets"])
+    [a] = [r for r in records_of(module_api, label) if r["name"] == "A"]
+    [pet] = children(module_api, a["__id"])
+    assert module_api.record(pet)["kind"] == "cat"
+
+
+def test_sdk_create_many_and_upsert(db, module_api):
+    label = unique("SDKM")
+    result = db.records.create_many(label, [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}])
+    assert len(result.data) == 2 and all(is_uuid_v7(r.id) for r in result.data)
+    db.records.create_many(label, [{"sku": "a", "qty": 9}], options={"mergeBy": ["sku"], "mergeStrategy": "append"})
+    assert {r["sku"]: r["qty"] for r in records_of(module_api, label)} == {"a": 9, "b": 2}
+    rec = db.records.upsert({"sku": "b", "qty": 3}, label=label, options={"mergeBy": ["sku"], "mergeStrategy": "rewrite"})
+    assert rec["qty"] == 3 and rec.id == [r for r in records_of(module_api, label) if r["sku"] == "b"][0]["__id"]
+    new = db.records.upsert({"sku": "z"}, label=label)
+    assert new["sku"] == "z" and len(records_of(module_api, label)) == 3
+
+
+def test_sdk_import_csv_and_export(db, module_api):
+    label = unique("SDKC")
+    result = db.records.import_csv(label, "name,age\nAda,36\nBob,40\n", parse_config={"delimiter": ","})
+    assert sorted(r["age"] for r in result.data) == [36, 40]
+    text = db.records.export({"labels": [label], "orderBy": {"age": "asc"}})
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert [(r["name"], r["age"]) for r in rows] == [("Ada", "36"), ("Bob", "40")]
+    assert list(rows[0]) == ["__id", "__label", "age", "name"]

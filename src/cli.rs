@@ -1,4 +1,4 @@
-//! Command line: `engine serve`, `engine version`.
+//! Command line: `engine serve`, `engine import`, `engine version`.
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -14,8 +14,59 @@ pub struct Cli {
 pub enum Command {
     /// Run the server.
     Serve(Box<ServeArgs>),
+    /// Load a JSON, JSON Lines or CSV file into a running server, in batches.
+    Import(Box<ImportArgs>),
     /// Print the engine, protocol and storage format versions.
     Version,
+}
+
+/// `engine import --label L FILE`: see docs/operations.md ("Bulk loading").
+#[derive(Debug, Args, Clone)]
+pub struct ImportArgs {
+    /// The file: .json (an array of documents or one object), .jsonl / .ndjson (one
+    /// document per line) or .csv (a header row, then one record per row).
+    pub file: PathBuf,
+    /// Label of the imported records (nested objects take their key as label).
+    #[arg(long)]
+    pub label: String,
+    /// Server URL.
+    #[arg(long, env = "ENGINE_URL", default_value = "http://127.0.0.1:3000")]
+    pub url: String,
+    /// Credential (the bootstrap token or a capability token).
+    #[arg(
+        long,
+        env = "SERVICE_TOKEN",
+        hide_env_values = true,
+        default_value = "dev-token"
+    )]
+    pub token: String,
+    /// Tenant, on a multitenant server.
+    #[arg(long, env = "SERVICE_TENANT")]
+    pub tenant: Option<String>,
+    /// Documents (or CSV rows) per request; each batch is one atomic, durable write.
+    #[arg(long, default_value_t = 500)]
+    pub batch_size: usize,
+    /// Batches in flight at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Format when the extension does not tell: json, jsonl, ndjson or csv.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// CSV column separator (default `,`).
+    #[arg(long)]
+    pub delimiter: Option<char>,
+    /// Upsert: comma-separated properties to match on (empty string: all incoming ones).
+    #[arg(long)]
+    pub merge_by: Option<String>,
+    /// Upsert strategy: append (default) or rewrite.
+    #[arg(long)]
+    pub merge_strategy: Option<String>,
+    /// Relationship type of nested documents' links.
+    #[arg(long)]
+    pub relationship_type: Option<String>,
+    /// No progress bar (the summary is still printed).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// Flags win over environment variables, which win over the config file, which wins over

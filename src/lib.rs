@@ -5,6 +5,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod loader;
 pub mod log;
 pub mod metrics;
 pub mod model;

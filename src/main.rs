@@ -12,6 +12,19 @@ fn main() {
                 engine::store::STORAGE_FORMAT_VERSION
             );
         }
+        Command::Import(args) => {
+            let code = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(engine::loader::run(*args)),
+                Err(e) => {
+                    eprintln!("error: cannot start the runtime: {e}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
         Command::Serve(args) => {
             let code = match engine::server::resolve(*args) {
                 Err(e) => {

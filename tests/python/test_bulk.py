@@ -9,12 +9,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
 import threading
 
 import pytest
 from rushdb import RushDB
 
-from conftest import DEV_TOKEN, assert_protocol_error, assert_rest_error, is_uuid_v7, unchanged, unique
+from conftest import DEV_TOKEN, ENGINE_BIN, assert_protocol_error, assert_rest_error, engine_env, is_uuid_v7, unchanged, unique
 
 DEFAULT_TYPE = "__SERVICE__RELATION__DEFAULT__"
 
@@ -582,3 +583,59 @@ def test_sdk_import_csv_and_export(db, module_api):
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
     assert [(r["name"], r["age"]) for r in rows] == [("Ada", "36"), ("Bob", "40")]
     assert list(rows[0]) == ["__id", "__label", "age", "name"]
+
+
+# ---------------------------------------------------------------------------------------
+# The CLI loader (`engine import`)
+# ---------------------------------------------------------------------------------------
+
+
+def loader(module_engine, *args, env_extra=None):
+    env = engine_env()
+    env.update(env_extra or {})
+    return subprocess.run([ENGINE_BIN, "import", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "csv"])
+def test_cli_loader_imports_in_batches(module_engine, module_api, tmp_path, fmt):
+    label = unique("CLI")
+    n = 1234
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "json":
+        path.write_text(json.dumps([{"i": i, "kid": {"k": i}} for i in range(n)]))
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps({"i": i, "kid": {"k": i}}) + "\n" for i in range(n)))
+    else:
+        path.write_text("i,name\n" + "".join(f"{i},n{i}\n" for i in range(n)))
+    out = loader(module_engine, "--label", label, str(path), "--url", module_engine.url, "--batch-size", "100",
+                 env_extra={"SERVICE_TOKEN": DEV_TOKEN})
+    assert out.returncode == 0, out.stderr
+    nested = fmt != "csv"
+    assert f"imported {n} document(s)" in out.stdout
+    assert f"as {n * (2 if nested else 1)} record(s) and {n if nested else 0} relationship(s)" in out.stdout
+    assert "records/s" in out.stdout
+    assert module_api.labels({})[label] == n
+    found = module_api.search({"labels": [label], "where": {"i": {"$gte": n - 2}}, "orderBy": {"i": "asc"}})
+    assert [r["i"] for r in found["data"]] == [n - 2, n - 1]
+
+
+def test_cli_loader_reports_the_failing_batch(module_engine, module_api, tmp_path):
+    label = unique("CLIF")
+    path = tmp_path / "bad.jsonl"
+    docs = [{"i": i} for i in range(10)]
+    docs[7] = {"i": [1, {"x": 1}]}
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    out = loader(module_engine, "--label", label, str(path), "--url", module_engine.url, "--batch-size", "3",
+                 "--concurrency", "1")
+    assert out.returncode == 1
+    assert "batch 3 (documents 6..9 of the file) failed: HTTP 400 invalid_argument" in out.stderr
+    assert "imported 6 document(s)" in out.stdout
+    assert module_api.labels({})[label] == 6
+    wrong = loader(module_engine, "--label", label, str(path), "--url", module_engine.url, "--token", "nope")
+    assert wrong.returncode == 1 and "401 unauthenticated" in wrong.stderr
+    missing = loader(module_engine, "--label", label, str(tmp_path / "none.json"), "--url", module_engine.url)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    unknown = tmp_path / "data.txt"
+    unknown.write_text("x")
+    bad_ext = loader(module_engine, "--label", label, str(unknown), "--url", module_engine.url)
+    assert bad_ext.returncode == 2 and "--format" in bad_ext.stderr

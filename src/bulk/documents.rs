@@ -28,6 +28,8 @@ pub struct Planned {
     pub label: String,
     pub props: PropWrites,
     pub doc: usize,
+    /// Inline vectors (`$vectors`), stored with the record.
+    pub vectors: Vec<super::InlineVector>,
 }
 
 /// Records in document order, each parent before its children, and the links between them.
@@ -70,10 +72,12 @@ impl Flattener<'_> {
     fn record(&mut self, label: String, obj: &Map<String, Value>, path: &str) -> Result<Uuid> {
         let id = Uuid::now_v7();
         let mut props = PropWrites::new();
+        let mut vectors = Vec::new();
         let mut children: Vec<(&str, Vec<&Map<String, Value>>)> = Vec::new();
         for (k, v) in obj {
             let kpath = format!("{path}.{k}");
             match v {
+                _ if k == "$vectors" => vectors = super::inline_vectors(v, &kpath)?,
                 Value::Object(child) => children.push((k, vec![child])),
                 Value::Array(items) if items.iter().any(Value::is_object) => {
                     let objs: Vec<_> = items.iter().filter_map(Value::as_object).collect();
@@ -83,11 +87,6 @@ impl Flattener<'_> {
                         )));
                     }
                     children.push((k, objs));
-                }
-                _ if k == "$vectors" => {
-                    return Err(Error::unsupported(format!(
-                        "{kpath}: inline vectors in imported documents"
-                    )))
                 }
                 _ if self.opts.skip_empty_values && is_empty_value(v) => {}
                 Value::Null => {}
@@ -103,6 +102,7 @@ impl Flattener<'_> {
             label,
             props,
             doc: self.doc,
+            vectors,
         });
         for (k, objs) in children {
             let kpath = format!("{path}.{k}");

@@ -99,29 +99,41 @@ pub(super) fn record_op(
     }
 }
 
-/// Rejects inline vectors until vector indexes exist (they would be silently lost).
-fn no_vectors(vectors: Option<&Vec<Value>>) -> Result<()> {
-    let given = vectors.is_some_and(|v| {
-        v.iter()
-            .any(|e| !e.is_null() && e.as_array().is_none_or(|a| !a.is_empty()))
-    });
-    if given {
-        return Err(Error::unsupported("inline vectors (vectors[i]) in imports"));
-    }
-    Ok(())
+/// The writes storing a record's inline vectors.
+pub(super) fn vector_ops(
+    id: uuid::Uuid,
+    vectors: Vec<bulk::InlineVector>,
+) -> impl Iterator<Item = WriteOp> {
+    vectors
+        .into_iter()
+        .map(move |(property, values)| WriteOp::SetVector {
+            id,
+            property,
+            values,
+        })
 }
 
 impl Engine {
     pub(super) async fn ingest(&self, tenant: Tenant, op: IngestOp) -> Result<Outcome> {
+        let mut row_vectors = Vec::new();
         let (label, docs, options, parent, what) = match op {
             IngestOp::Documents(d) => (d.label, d.documents, d.options, d.parent_id, "documents"),
             IngestOp::Csv(c) => {
-                no_vectors(c.vectors.as_ref())?;
+                for (i, v) in c.vectors.iter().flatten().enumerate() {
+                    row_vectors.push(bulk::inline_vectors(v, &format!("vectors[{i}]"))?);
+                }
                 let label = c.label.filter(|l| !l.is_empty()).ok_or_else(|| {
                     Error::invalid("label is required: every CSV row becomes a record of it")
                 })?;
                 let cfg = bulk_csv::ParseConfig::from_json(c.parse_config.as_ref())?;
                 let rows = bulk_csv::parse(&c.data, &cfg)?;
+                if row_vectors.len() > rows.len() {
+                    return Err(Error::invalid(format!(
+                        "vectors has {} entries but the CSV has {} rows",
+                        row_vectors.len(),
+                        rows.len()
+                    )));
+                }
                 let docs = rows.into_iter().map(Value::Object).collect();
                 (Some(label), docs, c.options, c.parent_id, "rows")
             }
@@ -139,7 +151,11 @@ impl Engine {
         })
         .await
         .map_err(|e| Error::internal(format!("import task: {e}")))??;
-        let (plan, o) = plan;
+        let (mut plan, o) = plan;
+        // CSV rows are flat: record i is row i.
+        for (r, v) in plan.records.iter_mut().zip(row_vectors) {
+            r.vectors = v;
+        }
         let records = plan.records.len();
         if records == 0 {
             return Ok(Outcome::Ingested {
@@ -161,6 +177,7 @@ impl Engine {
         // With upserts, a link may already exist between two matched records: keep one.
         let unique = o.upsert.is_some();
         let mut ops = Vec::with_capacity(records + plan.links.len() + plan.roots.len());
+        let mut vectors = Vec::new();
         let links: Vec<WriteOp> = plan
             .links
             .iter()
@@ -172,18 +189,22 @@ impl Engine {
             )
             .collect();
         for r in plan.records {
+            vectors.extend(vector_ops(r.id, r.vectors));
             ops.push(record_op(r.id, r.label, r.props, o.upsert.as_ref()));
         }
+        let linked = records + links.len();
         ops.extend(links);
+        ops.extend(vectors);
         let out = self.store.write(tenant, ops).await?;
         let mut written: Vec<Record> = Vec::new();
         let mut relationships = 0;
         let keep = o.return_result && records <= MAX_RETURNED_RECORDS;
-        for w in out {
+        // Outcomes follow the ops: records, then links, then vectors.
+        for (i, w) in out.into_iter().enumerate() {
             match w {
                 WriteOutcome::Record(r) if keep => written.push(*r),
-                WriteOutcome::Record(_) => {}
-                WriteOutcome::Affected(n) => relationships += n,
+                WriteOutcome::Affected(n) if i < linked => relationships += n,
+                _ => {}
             }
         }
         Ok(Outcome::Ingested {

@@ -1,8 +1,9 @@
 //! Record operations: reads straight from a snapshot on the calling task (point reads need
 //! no thread hop), writes as batches for the store's writer.
 
-use super::ingest::{record_op, Options};
+use super::ingest::{record_op, vector_ops, Options};
 use super::{Engine, Outcome};
+use crate::bulk;
 use crate::error::{Error, Result};
 use crate::model::infer::{apply_explicit, infer_map};
 use crate::model::parse_uuid_v7;
@@ -18,6 +19,11 @@ fn ref_id(id: Option<String>, record: Option<RecordRef>) -> Result<Uuid> {
         .or(record.map(|r| r.id))
         .ok_or_else(|| Error::invalid("id is required"))?;
     parse_uuid_v7(&id, "id")
+}
+
+/// The outcome of a batch's first op (the record write; vector writes follow it).
+fn first(out: Vec<WriteOutcome>) -> Result<Outcome> {
+    single(out.into_iter().take(1).collect())
 }
 
 fn single(mut out: Vec<WriteOutcome>) -> Result<Outcome> {
@@ -49,9 +55,25 @@ impl Engine {
     pub(super) async fn put_record(&self, tenant: Tenant, p: PutRecordOp) -> Result<Outcome> {
         let o = &p.options.clone().unwrap_or_default();
         let opts = Options::parse(Some(o))?;
-        if p.vectors.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Err(Error::unsupported("inline vectors"));
-        }
+        let vectors = p
+            .vectors
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, v)| {
+                let name = v
+                    .property_name
+                    .clone()
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "vectors[{i}].propertyName: a non-empty string is required"
+                        ))
+                    })?;
+                bulk::check_vector(&v.vector, &format!("vectors[{i}].vector"))?;
+                Ok((name, v.vector.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut props = infer_map(&p.properties.unwrap_or_default(), opts.flatten.infer)?;
         apply_explicit(
             &mut props,
@@ -67,8 +89,10 @@ impl Engine {
             let label = label
                 .filter(|l| !l.is_empty())
                 .ok_or_else(|| Error::invalid("label is required to upsert a record"))?;
-            let op = record_op(Uuid::now_v7(), label, props, Some(u));
-            return single(self.store.write(tenant, vec![op]).await?);
+            let id = Uuid::now_v7();
+            let mut ops = vec![record_op(id, label, props, Some(u))];
+            ops.extend(vector_ops(id, vectors));
+            return first(self.store.write(tenant, ops).await?);
         }
         let (id, mode) = match p.mode {
             PutMode::Create => {
@@ -98,13 +122,14 @@ impl Engine {
                 (id, mode)
             }
         };
-        let op = WriteOp::Put(PutRecord {
+        let mut ops = vec![WriteOp::Put(PutRecord {
             id,
             mode,
             label,
             props,
-        });
-        single(self.store.write(tenant, vec![op]).await?)
+        })];
+        ops.extend(vector_ops(id, vectors));
+        first(self.store.write(tenant, ops).await?)
     }
 
     pub(super) async fn retype_record(

@@ -29,6 +29,9 @@ pub const REL_COUNT: u8 = 0x52; // + source label + type + target label -> count
 /// Reserved for vector and text index data.
 pub const VECTOR_INDEX: u8 = 0x60;
 pub const TEXT_INDEX: u8 = 0x61;
+/// Inline vectors given with a record (imports, create): + record id + property name ->
+/// f64 values, little-endian. Vector indexes are built from these.
+pub const INLINE_VECTOR: u8 = 0x62;
 
 // System key kinds.
 pub const SYS_FORMAT: u8 = b'F'; // -> storage format version (u64)

@@ -78,6 +78,12 @@ pub enum WriteOp {
     },
     Link(LinkRel),
     Unlink(UnlinkRel),
+    /// Stores an inline vector with a record (replacing one of the same property name).
+    SetVector {
+        id: Uuid,
+        property: String,
+        values: Vec<f64>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -356,18 +362,14 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             }
             WriteOp::Delete { id } => {
                 let old = self.load(&id)?;
-                self.detach_all(&id)?;
-                self.index(&old, false)?;
-                self.ov.delete(record_key(self.tenant, &id));
+                self.remove(&old)?;
                 Ok(WriteOutcome::Affected(1))
             }
             WriteOp::DeleteMany { ids } => {
                 let mut n = 0;
                 for id in ids {
                     if let Some(old) = get_record(&*self.ov, self.tenant, &id)? {
-                        self.detach_all(&id)?;
-                        self.index(&old, false)?;
-                        self.ov.delete(record_key(self.tenant, &id));
+                        self.remove(&old)?;
                         n += 1;
                     }
                 }
@@ -380,6 +382,20 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 self.link(l).map(WriteOutcome::Affected)
             }
             WriteOp::Unlink(u) => self.unlink(u).map(WriteOutcome::Affected),
+            WriteOp::SetVector {
+                id,
+                property,
+                values,
+            } => {
+                let id = self.resolve(id);
+                self.load(&id)?;
+                let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                self.ov.put(
+                    self.key(keys::INLINE_VECTOR).uuid(&id).str(&property).0,
+                    bytes,
+                );
+                Ok(WriteOutcome::Affected(1))
+            }
         }
     }
 
@@ -424,6 +440,26 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         }
         self.rewrite(&old, &new)?;
         Ok(new)
+    }
+
+    /// Deletes a record with its relationships, index entries and inline vectors.
+    fn remove(&mut self, old: &Record) -> Result<()> {
+        self.detach_all(&old.id)?;
+        self.index(old, false)?;
+        let mut vectors = Vec::new();
+        self.ov.scan_prefix(
+            &self.key(keys::INLINE_VECTOR).uuid(&old.id).0,
+            false,
+            &mut |k, _| {
+                vectors.push(k.to_vec());
+                Ok(true)
+            },
+        )?;
+        for k in vectors {
+            self.ov.delete(k);
+        }
+        self.ov.delete(record_key(self.tenant, &old.id));
+        Ok(())
     }
 
     /// The record an id names in this batch (an upsert's provisional id -> its match).

@@ -397,7 +397,7 @@ fn writer_loop(
             let mut frame: Vec<wal::KvWrite> = Vec::new();
             {
                 let mut table = txn.open_table(KV)?;
-                for req in &group {
+                for req in group.iter_mut() {
                     let seq = last_seq + 1;
                     let applied = {
                         let mut ov = Overlay::new(&table);
@@ -475,16 +475,18 @@ fn writer_loop(
 
 /// Validates and applies one batch on its overlay. Returns the outcomes and, when the batch
 /// created its tenant, the tenant's name and id.
+/// The batch's ops are consumed: a batch is applied once, whatever the outcome.
 fn apply_batch<R: KvRead>(
     ov: &mut Overlay<'_, R>,
-    req: &WriteRequest,
+    req: &mut WriteRequest,
     seq: u64,
 ) -> Result<(Vec<WriteOutcome>, Option<CreatedTenant>)> {
     let (tenant, created) = resolve_tenant_for_write(ov, &req.tenant)?;
     let mut w = RecordWriter::new(ov, tenant, seq);
-    let mut out = Vec::with_capacity(req.ops.len());
-    for op in &req.ops {
-        out.push(w.apply(op.clone())?);
+    let ops = std::mem::take(&mut req.ops);
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        out.push(w.apply(op)?);
     }
     w.finish()?;
     let created = match (&req.tenant, created) {

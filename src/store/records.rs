@@ -199,6 +199,14 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     touched: BTreeSet<Uuid>,
     /// Upserts that matched an existing record: their provisional id -> the matched id.
     remap: HashMap<Uuid, Uuid>,
+    /// Counter deltas (label, relationship counts; (count, array count) pairs), applied once
+    /// in `finish`: a bulk write touches the same few counters once per record.
+    counts: HashMap<Vec<u8>, i64>,
+    pairs: HashMap<Vec<u8>, (i64, i64)>,
+    /// The last row number handed out, once read; stored in `finish`.
+    row: Option<u64>,
+    /// Labels of records this batch wrote, so links between them need not decode them.
+    pub(super) labels: HashMap<Uuid, String>,
 }
 
 impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
@@ -209,6 +217,10 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             seq,
             touched: BTreeSet::new(),
             remap: HashMap::new(),
+            counts: HashMap::new(),
+            pairs: HashMap::new(),
+            row: None,
+            labels: HashMap::new(),
         }
     }
 
@@ -216,37 +228,59 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         Key::tenant(self.tenant, kind)
     }
 
+    /// Adds to a counter; the stored value changes in `finish` (nothing in a batch reads
+    /// counters before then).
     pub(super) fn add_count(&mut self, key: Vec<u8>, delta: i64) -> Result<()> {
-        let cur = self
-            .ov
-            .get(&key)?
-            .map(|v| codec::decode_u64(&v))
-            .transpose()?
-            .unwrap_or(0);
-        let next = cur.saturating_add_signed(delta);
-        if next == 0 {
-            self.ov.delete(key);
-        } else {
-            self.ov.put(key, codec::encode_u64(next));
-        }
+        *self.counts.entry(key).or_default() += delta;
         Ok(())
     }
 
     fn add_pair(&mut self, key: Vec<u8>, delta: i64, array_delta: i64) -> Result<()> {
-        let (c, a) = self
-            .ov
-            .get(&key)?
-            .map(|v| codec::decode_u64_pair(&v))
-            .transpose()?
-            .unwrap_or((0, 0));
-        let (c, a) = (
-            c.saturating_add_signed(delta),
-            a.saturating_add_signed(array_delta),
-        );
-        if c == 0 {
-            self.ov.delete(key);
-        } else {
-            self.ov.put(key, codec::encode_u64_pair(c, a));
+        let p = self.pairs.entry(key).or_default();
+        p.0 += delta;
+        p.1 += array_delta;
+        Ok(())
+    }
+
+    /// Applies the counter deltas and the row counter to the overlay.
+    fn flush_counters(&mut self) -> Result<()> {
+        for (key, delta) in std::mem::take(&mut self.counts) {
+            if delta == 0 {
+                continue;
+            }
+            let cur = self
+                .ov
+                .get(&key)?
+                .map(|v| codec::decode_u64(&v))
+                .transpose()?
+                .unwrap_or(0);
+            match cur.saturating_add_signed(delta) {
+                0 => self.ov.delete(key),
+                next => self.ov.put(key, codec::encode_u64(next)),
+            }
+        }
+        for (key, (delta, array_delta)) in std::mem::take(&mut self.pairs) {
+            if delta == 0 && array_delta == 0 {
+                continue;
+            }
+            let (c, a) = self
+                .ov
+                .get(&key)?
+                .map(|v| codec::decode_u64_pair(&v))
+                .transpose()?
+                .unwrap_or((0, 0));
+            let (c, a) = (
+                c.saturating_add_signed(delta),
+                a.saturating_add_signed(array_delta),
+            );
+            if c == 0 {
+                self.ov.delete(key);
+            } else {
+                self.ov.put(key, codec::encode_u64_pair(c, a));
+            }
+        }
+        if let Some(row) = self.row {
+            self.ov.put(self.key(keys::ROW_SEQ).0, codec::encode_u64(row));
         }
         Ok(())
     }
@@ -269,16 +303,17 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     }
 
     pub(super) fn next_row(&mut self) -> Result<u64> {
-        let key = self.key(keys::ROW_SEQ).0;
-        let row = self
-            .ov
-            .get(&key)?
-            .map(|v| codec::decode_u64(&v))
-            .transpose()?
-            .unwrap_or(0)
-            + 1;
-        self.ov.put(key, codec::encode_u64(row));
-        Ok(row)
+        let last = match self.row {
+            Some(r) => r,
+            None => self
+                .ov
+                .get(&self.key(keys::ROW_SEQ).0)?
+                .map(|v| codec::decode_u64(&v))
+                .transpose()?
+                .unwrap_or(0),
+        };
+        self.row = Some(last + 1);
+        Ok(last + 1)
     }
 
     fn index(&mut self, rec: &Record, add: bool) -> Result<()> {
@@ -322,6 +357,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     }
 
     fn store(&mut self, rec: &Record) {
+        self.labels.insert(rec.id, rec.label.clone());
         self.ov
             .put(record_key(self.tenant, &rec.id), codec::encode_record(rec));
     }
@@ -459,6 +495,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             self.ov.delete(k);
         }
         self.ov.delete(record_key(self.tenant, &old.id));
+        self.labels.remove(&old.id);
         Ok(())
     }
 
@@ -572,6 +609,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     /// Drops metadata of properties no record holds any more. Runs once per batch, after all
     /// ops, so a property rewritten within the batch keeps its id.
     pub fn finish(&mut self) -> Result<()> {
+        self.flush_counters()?;
         for pid in std::mem::take(&mut self.touched) {
             if self
                 .ov

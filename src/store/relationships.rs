@@ -198,6 +198,9 @@ pub struct UnlinkRel {
 
 impl<R: KvRead> RecordWriter<'_, '_, R> {
     fn label_of(&self, id: &Uuid) -> Result<String> {
+        if let Some(l) = self.labels.get(id) {
+            return Ok(l.clone());
+        }
         get_record(&*self.ov, self.tenant, id)?
             .map(|r| r.label)
             .ok_or_else(|| Error::not_found(format!("record {id} not found")))

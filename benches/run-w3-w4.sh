@@ -59,102 +59,30 @@ RESULTS_DIR=${RESULTS_DIR:-$repo/bench-results/w3-w4-$(date +%Y%m%dT%H%M%S)}
 PGBIN=/usr/lib/postgresql/15/bin
 W34=$here/w3w4
 
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/common.sh
+. "$here/lib/common.sh"
 
 # ------------------------------------------------------------------ tools
 ensure_tools() {
-  local pkgs=()
-  command -v wrk >/dev/null || pkgs+=(wrk)
-  command -v taskset >/dev/null || pkgs+=(util-linux)
-  command -v runuser >/dev/null || pkgs+=(util-linux)
-  command -v curl >/dev/null || pkgs+=(curl)
-  command -v python3 >/dev/null || pkgs+=(python3)
-  python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
-  [ -x "$PGBIN/postgres" ] && [ -x "$PGBIN/psql" ] || pkgs+=(postgresql-15)
-  if [ "${#pkgs[@]}" -gt 0 ]; then
-    [ "$(id -u)" = 0 ] || die "missing ${pkgs[*]} and not root: install them first"
-    log "installing ${pkgs[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
-  fi
-  if ! "$VENV/bin/python" -c 'import duckdb, psycopg' 2>/dev/null; then
-    log "creating $VENV with duckdb and psycopg[binary] (PyPI)"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check duckdb 'psycopg[binary]'
-  fi
-  PY=$VENV/bin/python
+  ensure_apt wrk:wrk taskset:util-linux runuser:util-linux curl:curl python3:python3 venv pg
+  ensure_venv "$VENV" "duckdb, psycopg" duckdb 'psycopg[binary]'
   command -v cargo >/dev/null || [ -n "${ENGINE_BIN:-}" ] || die "cargo not found"
-}
-
-# ------------------------------------------------------------------ build
-build() {
-  if [ -n "${ENGINE_BIN:-}" ] || [ -n "${NULL_BIN:-}" ]; then
-    [ -x "${ENGINE_BIN:-}" ] && [ -x "${NULL_BIN:-}" ] || die "give both ENGINE_BIN and NULL_BIN, or neither"
-    log "using engine=$ENGINE_BIN null=$NULL_BIN (not building)"
-    return
-  fi
-  log "building release binaries (engine, null_http)"
-  local json
-  json=$(cd "$repo" && cargo build --release --bin engine --bench null_http \
-           --message-format=json-render-diagnostics) || die "cargo build failed"
-  eval "$(printf '%s\n' "$json" | python3 -c '
-import json, sys, shlex
-want = {"engine": "ENGINE_BIN", "null_http": "NULL_BIN"}
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want:
-        print("%s=%s" % (want[m["target"]["name"]], shlex.quote(m["executable"])))
-')"
-  [ -x "${ENGINE_BIN:-}" ] && [ -x "${NULL_BIN:-}" ] || die "could not locate the built binaries from cargo's output"
-  log "engine=$ENGINE_BIN null=$NULL_BIN"
 }
 
 # ------------------------------------------------------------------ servers
 # shellcheck source=lib/servers.sh
 . "$here/lib/servers.sh"
 
-start_postgres() {
-  port_in_use "$PG_PORT" && die "port $PG_PORT is in use (set PG_PORT)"
-  local d=$BENCH_DIR/pg
-  mkdir -p "$d"
-  if [ "$(id -u)" = 0 ]; then
-    chown postgres:postgres "$d"
-    runuser -u postgres -- test -w "$d" || die "the postgres user cannot reach $d; set BENCH_DIR to a world-traversable place"
-  fi
-  as_pg "$PGBIN/initdb" -D "$d" -U bench --auth=trust -E UTF8 --locale=C >/dev/null
-  # Defaults except the memory a 1M-row benchmark wants: shared_buffers=1GB holds the table
-  # and its indexes; everything else (work_mem, parallel workers, JIT, planner costs) stays
-  # at PostgreSQL 15's defaults and is read back into postgres-settings.txt.
-  as_pg "$PGBIN/pg_ctl" -D "$d" -l "$d/server.log" -w start -o "-c listen_addresses=127.0.0.1 \
-    -c port=$PG_PORT -c unix_socket_directories=$d -c shared_buffers=1GB -c max_wal_size=4GB \
-    -c maintenance_work_mem=512MB" >/dev/null
-  PG_STARTED=1
-  as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U bench bench
-  log "PostgreSQL listening on 127.0.0.1:$PG_PORT"
-}
-
 # ------------------------------------------------------------------ setup
 setup_data() {
-  local data=$BENCH_DIR/data t0 t1
+  local data=$BENCH_DIR/data
   mkdir -p "$data"
   log "dataset: $RECORDS rows"
   "$PY" "$W34/w3w4.py" gen --records "$RECORDS" --dir "$data" >&2
 
   log "engine: loading $RECORDS records over HTTP (wrk -t1 -c$LOAD_CONC, one POST per row)"
-  t0=$(date +%s.%N)
-  BENCH_TOKEN=$TOKEN BENCH_ROWS=$data/rows.jsonl \
-    taskset -c "$LOADGEN_CPU" wrk -t1 -c"$LOAD_CONC" -d1800s --timeout 30s -s "$W34/load_rows.lua" \
-    "http://127.0.0.1:$ENGINE_PORT/" >"$RESULTS_DIR/engine-load.txt" 2>&1 \
-    || die "engine load failed (see $RESULTS_DIR/engine-load.txt)"
-  t1=$(date +%s.%N)
-  grep -q "^LOADED .*failed=0" "$RESULTS_DIR/engine-load.txt" || die "engine load incomplete (see $RESULTS_DIR/engine-load.txt)"
-  # The loader idles 2 s after the last create before it exits: not counted.
-  ENGINE_LOAD_S=$(python3 -c "print(f'{$t1-$t0-2:.1f}')")
-  log "engine: $(grep -o 'created=[0-9]*' "$RESULTS_DIR/engine-load.txt") in $ENGINE_LOAD_S s ($(python3 -c "print(f'{$RECORDS/($t1-$t0-2):,.0f}')")/s)"
+  load_rows "$data/rows.jsonl" "$RESULTS_DIR/engine-load.txt"
+  ENGINE_LOAD_S=$LOAD_S
 
   log "engine: reading every record back, checking it, writing the peers' load files"
   "$PY" "$W34/w3w4.py" export --dir "$data" --port "$ENGINE_PORT" --token "$TOKEN" >&2
@@ -166,11 +94,7 @@ setup_data() {
   "$PY" "$W34/w3w4.py" load-duck --dir "$data" --db "$BENCH_DIR/duck.db" --results "$RESULTS_DIR" >&2
   rm -f "$data/pg.tsv" "$data/duck.csv"
 
-  psql_bench -At -c "SELECT name || '=' || setting || coalesce(unit, '') FROM pg_settings WHERE name IN
-    ('server_version','shared_buffers','work_mem','effective_cache_size','max_parallel_workers_per_gather',
-     'max_parallel_workers','jit','jit_above_cost','random_page_cost','plan_cache_mode',
-     'default_statistics_target','maintenance_work_mem','lc_collate') ORDER BY name" \
-    >"$RESULTS_DIR/postgres-settings.txt"
+  pg_settings_file "$RESULTS_DIR/postgres-settings.txt"
   {
     echo "engine_load_seconds=$ENGINE_LOAD_S"
     echo "engine_data_dir_bytes=$(du -sb "$BENCH_DIR/engine" | cut -f1)"
@@ -181,16 +105,7 @@ setup_data() {
 
 machine_info() {
   {
-    echo "date: $(date -Is)"
-    echo "git: $(cd "$repo" && git rev-parse HEAD 2>/dev/null)$(cd "$repo" && git diff --quiet HEAD -- src 2>/dev/null || echo ' (src has uncommitted changes)')"
-    echo "kernel: $(uname -srm)"
-    echo "nproc: $(nproc)"
-    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-    echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-    echo "data dir: $BENCH_DIR"
-    echo "data fs: $(df -PT "$BENCH_DIR" | awk 'NR==2 {print $1, $2, $3" KiB total"}')"
-    echo "wrk: $(wrk -v 2>&1 | head -n1)"
-    echo "postgres: $("$PGBIN/postgres" --version)"
+    machine_common
     echo "python: $("$PY" --version 2>&1)"
     echo "duckdb: $("$PY" -c 'import duckdb; print(duckdb.__version__)')"
     echo "psycopg: $("$PY" -c 'import psycopg; print(psycopg.__version__, psycopg.pq.__impl__)')"
@@ -230,24 +145,19 @@ profiles() {
 # ------------------------------------------------------------------ main
 main() {
   ensure_tools
-  build
+  build_release ENGINE_BIN=bin:engine NULL_BIN=bench:null_http
   mkdir -p "$RESULTS_DIR"
   RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
-  if [ -z "${BENCH_DIR:-}" ]; then
-    BENCH_DIR=$(mktemp -d /var/tmp/engine-bench.XXXXXX)
-    BENCH_DIR_MADE=1
-  else
-    [ -e "$BENCH_DIR" ] && die "BENCH_DIR $BENCH_DIR exists; give a new path"
-    mkdir -p "$BENCH_DIR"; BENCH_DIR_MADE=1
-  fi
-  chmod 755 "$BENCH_DIR"
-  TOKEN=bench-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  make_bench_dir
   DSN="host=127.0.0.1 port=$PG_PORT user=bench dbname=bench"
   log "results: $RESULTS_DIR; data: $BENCH_DIR"
   machine_info
   local t_start; t_start=$(date +%s)
 
-  start_postgres
+  # Defaults except the memory a 1M-row benchmark wants: shared_buffers=1GB holds the table
+  # and its indexes; everything else (work_mem, parallel workers, JIT, planner costs) stays
+  # at PostgreSQL 15's defaults and is read back into postgres-settings.txt.
+  start_postgres "-c shared_buffers=1GB -c max_wal_size=4GB -c maintenance_work_mem=512MB" --locale=C
   start_engine
   start_null
   setup_data
@@ -260,12 +170,8 @@ main() {
     --min-reps "$MIN_REPS" --cell-seconds "$CELL_SECONDS" --warmup "$WARMUP" --loadgen-cpu "$LOADGEN_CPU" \
     ${ONLY:+--only "$ONLY"}
 
-  curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$ENGINE_PORT/metrics" \
-    >"$RESULTS_DIR/engine-metrics.txt" 2>/dev/null || true
+  engine_epilogue
   profiles
-  local warn
-  warn=$(grep -ciE 'error|warn|panic' "$RESULTS_DIR/engine.log" || true)
-  [ "$warn" = 0 ] || log "engine log has $warn error/warning lines: $RESULTS_DIR/engine.log"
 
   echo
   python3 "$W34/report.py" "$RESULTS_DIR"

@@ -19,6 +19,7 @@
 #   RESULTS_DIR [bench-results/w8-w2-DATE under the repo]
 #   KEEP_DATA [0]       1 keeps BENCH_DIR after the run
 #   KEEP_PGBENCH_LOGS [] non-empty keeps pgbench per-transaction logs
+#   ENGINE_BIN, NULL_BIN, FSYNC_BIN   use these binaries instead of building (all three)
 #
 # Placement: load generators pinned to LOADGEN_CPU, every server (engine, null handler,
 # PostgreSQL) unpinned; wrk and pgbench run one thread each (-t1 / -j1).
@@ -44,70 +45,18 @@ PGBIN=/usr/lib/postgresql/15/bin
 LUA=$here/lua
 REPORT=$here/w8w2_report.py
 
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/common.sh
+. "$here/lib/common.sh"
 
 # ------------------------------------------------------------------ tools
 ensure_tools() {
-  local pkgs=()
-  command -v wrk >/dev/null || pkgs+=(wrk)
-  command -v taskset >/dev/null || pkgs+=(util-linux)
-  command -v python3 >/dev/null || pkgs+=(python3)
-  command -v runuser >/dev/null || pkgs+=(util-linux)
-  [ -x "$PGBIN/postgres" ] && [ -x "$PGBIN/pgbench" ] && [ -x "$PGBIN/psql" ] || pkgs+=(postgresql-15)
-  if [ "${#pkgs[@]}" -gt 0 ]; then
-    [ "$(id -u)" = 0 ] || die "missing ${pkgs[*]} and not root: install them first"
-    log "installing ${pkgs[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
-  fi
-  command -v cargo >/dev/null || die "cargo not found"
-}
-
-# ------------------------------------------------------------------ build
-build() {
-  log "building release binaries (engine, null_http, fsync_loop)"
-  local json
-  json=$(cd "$repo" && cargo build --release --bin engine --bench null_http --bench fsync_loop \
-           --message-format=json-render-diagnostics) || die "cargo build failed"
-  eval "$(printf '%s\n' "$json" | python3 -c '
-import json, sys, shlex
-want = {"engine": "ENGINE_BIN", "null_http": "NULL_BIN", "fsync_loop": "FSYNC_BIN"}
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want:
-        print("%s=%s" % (want[m["target"]["name"]], shlex.quote(m["executable"])))
-')"
-  [ -x "${ENGINE_BIN:-}" ] && [ -x "${NULL_BIN:-}" ] && [ -x "${FSYNC_BIN:-}" ] \
-    || die "could not locate the built binaries from cargo's output"
-  log "engine=$ENGINE_BIN null=$NULL_BIN fsync=$FSYNC_BIN"
+  ensure_apt wrk:wrk taskset:util-linux python3:python3 runuser:util-linux pg pgbench
+  command -v cargo >/dev/null || [ -n "${ENGINE_BIN:-}" ] || die "cargo not found"
 }
 
 # ------------------------------------------------------------------ servers
 # shellcheck source=lib/servers.sh
 . "$here/lib/servers.sh"
-
-start_postgres() {
-  port_in_use "$PG_PORT" && die "port $PG_PORT is in use (set PG_PORT)"
-  local d=$BENCH_DIR/pg
-  mkdir -p "$d"
-  if [ "$(id -u)" = 0 ]; then
-    chown postgres:postgres "$d"
-    runuser -u postgres -- test -w "$d" || die "the postgres user cannot reach $d; set BENCH_DIR to a world-traversable place"
-  fi
-  as_pg "$PGBIN/initdb" -D "$d" -U bench --auth=trust -E UTF8 >/dev/null
-  # Durable settings, stated explicitly: fsync=on, synchronous_commit=on (both the defaults),
-  # wal_sync_method left at its default (fdatasync on Linux), full_page_writes default (on).
-  as_pg "$PGBIN/pg_ctl" -D "$d" -l "$d/server.log" -w start -o "-c listen_addresses=127.0.0.1 \
-    -c port=$PG_PORT -c unix_socket_directories=$d -c fsync=on -c synchronous_commit=on \
-    -c shared_buffers=1GB -c max_connections=200" >/dev/null
-  PG_STARTED=1
-  as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U bench bench
-  log "PostgreSQL listening on 127.0.0.1:$PG_PORT"
-}
 
 # ------------------------------------------------------------------ setup
 setup_data() {
@@ -192,20 +141,11 @@ pair() { # ROUND WORKLOAD CONC
 
 machine_info() {
   {
-    echo "date: $(date -Is)"
-    echo "git: $(cd "$repo" && git rev-parse HEAD 2>/dev/null)$(cd "$repo" && git diff --quiet HEAD -- src 2>/dev/null || echo ' (src has uncommitted changes)')"
-    echo "kernel: $(uname -srm)"
-    echo "nproc: $(nproc)"
-    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-    echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-    echo "data dir: $BENCH_DIR"
-    echo "data fs: $(df -PT "$BENCH_DIR" | awk 'NR==2 {print $1, $2, $3" KiB total"}')"
+    machine_common
     local dev; dev=$(df -P "$BENCH_DIR" | awk 'NR==2 {print $1}' | sed 's#/dev/##')
     echo "data fs mount: $(findmnt -no OPTIONS --target "$BENCH_DIR" 2>/dev/null)"
     [ -e "/sys/block/$dev/queue/rotational" ] && echo "block device $dev: rotational=$(cat /sys/block/$dev/queue/rotational) write_cache=$(cat /sys/block/$dev/queue/write_cache 2>/dev/null) scheduler=$(cat /sys/block/$dev/queue/scheduler 2>/dev/null)"
-    echo "wrk: $(wrk -v 2>&1 | head -n1)"
     echo "pgbench: $("$PGBIN/pgbench" --version)"
-    echo "postgres: $("$PGBIN/postgres" --version)"
     echo "engine: $("$ENGINE_BIN" version 2>/dev/null || true)"
     echo "rounds=$ROUNDS duration=$DURATION fsync_seconds=$FSYNC_SECONDS warmup=$WARMUP records=$RECORDS pg_scale=$PG_SCALE loadgen_cpu=$LOADGEN_CPU"
   } >"$RESULTS_DIR/machine.txt"
@@ -219,26 +159,20 @@ EOF
 # ------------------------------------------------------------------ main
 main() {
   ensure_tools
-  build
+  build_release ENGINE_BIN=bin:engine NULL_BIN=bench:null_http FSYNC_BIN=bench:fsync_loop
   mkdir -p "$RESULTS_DIR"
   RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
   RAW=$RESULTS_DIR/raw JSONL=$RESULTS_DIR/results.jsonl
   mkdir -p "$RAW"; : >"$JSONL"
-  if [ -z "${BENCH_DIR:-}" ]; then
-    BENCH_DIR=$(mktemp -d /var/tmp/engine-bench.XXXXXX)
-    BENCH_DIR_MADE=1
-  else
-    [ -e "$BENCH_DIR" ] && die "BENCH_DIR $BENCH_DIR exists; give a new path"
-    mkdir -p "$BENCH_DIR"; BENCH_DIR_MADE=1
-  fi
-  chmod 755 "$BENCH_DIR"
+  make_bench_dir
   mkdir -p "$BENCH_DIR/fsync"
-  TOKEN=bench-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
   IDS=$RESULTS_DIR/engine-ids.txt
   log "results: $RESULTS_DIR; data: $BENCH_DIR"
   machine_info
 
-  start_postgres
+  # Durable settings, stated explicitly: fsync=on, synchronous_commit=on (both the defaults),
+  # wal_sync_method left at its default (fdatasync on Linux), full_page_writes default (on).
+  start_postgres "-c fsync=on -c synchronous_commit=on -c shared_buffers=1GB -c max_connections=200"
   start_engine
   start_null
   setup_data
@@ -277,12 +211,8 @@ print("round %s cpu: " % sys.argv[3] + " ".join("%s=%.1f%%" % (n, 100.0 * v / t)
 ' "$s0" "$s1" "$rnd" >>"$RESULTS_DIR/rounds.txt"
   done
 
-  curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$ENGINE_PORT/metrics" \
-    >"$RESULTS_DIR/engine-metrics.txt" 2>/dev/null || true
   psql_bench -At -c "SELECT count(*) FROM records" >"$RESULTS_DIR/postgres-records-rows.txt" || true
-  local warn
-  warn=$(grep -ciE 'error|warn|panic' "$RESULTS_DIR/engine.log" || true)
-  [ "$warn" = 0 ] || log "engine log has $warn error/warning lines: $RESULTS_DIR/engine.log"
+  engine_epilogue
 
   echo
   python3 "$REPORT" summary "$RESULTS_DIR"

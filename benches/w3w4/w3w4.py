@@ -20,14 +20,15 @@ channel (4 values), seq (0..N-1).
 import argparse
 import csv
 import datetime as dt
-import http.client
 import json
 import os
 import random
 import re
-import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from benchlib import Engine, cell_stats, cpu_split, pin, run_cell  # noqa: E402
 
 LABELS = ["ORDER", "ITEM", "CUSTOMER"]
 STATUSES = ["pending", "paid", "shipped", "delivered", "cancelled"]
@@ -93,34 +94,6 @@ def gen(args):
 
 
 # ---------------------------------------------------------------- engine client
-
-class Engine:
-    def __init__(self, port, token):
-        self.port = port
-        self.hdrs = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        self.reconnects = 0
-
-    def post(self, path, body):
-        if not isinstance(body, (bytes, bytearray)):
-            body = json.dumps(body, separators=(",", ":")).encode()
-        try:
-            self.conn.request("POST", path, body=body, headers=self.hdrs)
-            r = self.conn.getresponse()
-        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
-            # The server closes a keep-alive connection idle for 30 s (header_read_timeout):
-            # reconnect once. Measured cells start with an unrecorded call, so this happens
-            # outside the timings.
-            self.reconnects += 1
-            self.conn.close()
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-            self.conn.request("POST", path, body=body, headers=self.hdrs)
-            r = self.conn.getresponse()
-        data = r.read()
-        if r.status != 200:
-            raise SystemExit(f"engine {path}: HTTP {r.status}: {data[:500]!r}")
-        return json.loads(data)
-
 
 def export(args):
     """Reads every record back (index range on seq, 1,000 at a time), checks each against the
@@ -442,14 +415,6 @@ def same_groups(a, b):
     return True
 
 
-def pct(sorted_vals, p):
-    return sorted_vals[int(round((len(sorted_vals) - 1) * p))]
-
-
-def pin(cpus):
-    os.sched_setaffinity(0, cpus)  # this thread only (Linux): DuckDB's workers keep theirs
-
-
 def bench(args):
     meta = json.load(open(os.path.join(args.dir, "dataset.json")))
     qs = queries(meta)
@@ -526,31 +491,18 @@ def bench(args):
 
     def measure(rnd, name, system, fn, reps, cap, check=None):
         pin_for(system)
-        fn()  # unrecorded: re-opens an idle-closed HTTP connection outside the timings
-        lat = []
-        bad = 0
-        rc0 = S.engine.reconnects + (S.null.reconnects if S.null else 0)
-        t_end = time.perf_counter() + cap
-        while len(lat) < reps and (len(lat) < args.min_reps or time.perf_counter() < t_end):
-            t0 = time.perf_counter_ns()
-            out = fn()
-            lat.append((time.perf_counter_ns() - t0) / 1000.0)
-            if check is not None and out[0] != check:
-                bad += 1
-        if S.engine.reconnects + (S.null.reconnects if S.null else 0) != rc0:
+        clients = [S.engine] + ([S.null] if S.null else [])
+        lat, bad, reopened = run_cell(fn, reps, args.min_reps, cap, check, clients)
+        if reopened:
             raise SystemExit(f"{name} on {system}: an HTTP connection was re-opened during a timed run")
         if bad:
             raise SystemExit(f"{name} on {system}: total differed from the checked total in {bad} of {len(lat)} runs")
-        with open(os.path.join(raw_dir, f"r{rnd}-{name}-{system}.txt"), "w") as f:
-            f.write("\n".join(f"{v:.1f}" for v in lat) + "\n")  # µs, in run order
-        s = sorted(lat)
-        r = {"round": rnd, "query": name, "system": system, "reps": len(s),
-             "median_us": statistics.median(s), "p99_us": pct(s, 0.99), "p90_us": pct(s, 0.90),
-             "min_us": s[0], "max_us": s[-1], "mean_us": statistics.fmean(s),
-             "qps": len(s) / (sum(s) / 1e6), "total": check, "totals_checked": len(s) if check is not None else 0}
+        r = {"round": rnd, "query": name, "system": system,
+             **cell_stats(lat, os.path.join(raw_dir, f"r{rnd}-{name}-{system}.txt")),
+             "total": check, "totals_checked": len(lat) if check is not None else 0}
         jsonl.write(json.dumps(r) + "\n")
         jsonl.flush()
-        print(f"    r{rnd} {name:16s} {system:12s} n={len(s):4d} median={r['median_us'] / 1000:9.3f} ms "
+        print(f"    r{rnd} {name:16s} {system:12s} n={r['reps']:4d} median={r['median_us'] / 1000:9.3f} ms "
               f"p99={r['p99_us'] / 1000:9.3f} ms qps={r['qps']:9.1f}", file=sys.stderr)
 
     for rnd in range(1, args.rounds + 1):
@@ -564,15 +516,9 @@ def bench(args):
             order = systems[(rnd + qi) % 3:] + systems[:(rnd + qi) % 3]
             reps = {"selective": args.reps_selective, "other": args.reps_other, "W4": args.reps_w4}[q["cls"]]
             for s in order:
-                measure(rnd, q["name"], s, lambda s=s, q=q: S.run(s, q), reps, args.cell_seconds,
+                measure(rnd, q["name"], s, lambda s=s, q=q: S.run(s, q)[0], reps, args.cell_seconds,
                         check=expected[q["name"]])
-        s1 = open("/proc/stat").readline()
-        a = [int(x) for x in s0.split()[1:9]]
-        b = [int(x) for x in s1.split()[1:9]]
-        d = [y - x for x, y in zip(a, b)]
-        t = sum(d) or 1
-        names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"]
-        rounds_txt.write(f"round {rnd} cpu: " + " ".join(f"{n}={100.0 * v / t:.1f}%" for n, v in zip(names, d)) + "\n")
+        rounds_txt.write(f"round {rnd} cpu: {cpu_split(s0, open('/proc/stat').readline())}\n")
         rounds_txt.flush()
     # Which plans PostgreSQL's plan cache used for the prepared statements (custom vs generic).
     with open(os.path.join(res_dir, "postgres-prepared.txt"), "w") as f:

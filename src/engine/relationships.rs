@@ -21,7 +21,7 @@ use crate::query::{check_label, paging};
 use crate::store::kv::KvRead;
 use crate::store::records::{self as rstore, WriteOp, WriteOutcome};
 use crate::store::relationships::{self as rels, EdgeFilter, LinkRel, UnlinkRel};
-use crate::store::{keys, Tenant};
+use crate::store::{codec, keys, Tenant};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use uuid::Uuid;
@@ -30,6 +30,8 @@ use uuid::Uuid;
 pub const MAX_BULK_PAIRS: usize = 1_000_000;
 /// Default page of relationship list and search (SPEC.md "Limits").
 const DEFAULT_REL_LIMIT: i64 = 1000;
+/// A record with fewer relationships than this has them listed on the calling task.
+const INLINE_DEGREE: usize = 256;
 
 fn ids(v: &OneOrMany, what: &str) -> Result<Vec<Uuid>> {
     let list: Vec<&String> = match v {
@@ -286,13 +288,19 @@ impl Engine {
                 total: 0,
             });
         };
-        let store = self.store.clone();
-        let (relationships, total) = tokio::task::spawn_blocking(move || {
-            let snap = store.snapshot()?;
-            spec.run(&snap, t)
-        })
-        .await
-        .map_err(|e| Error::internal(format!("relationship search task failed: {e}")))??;
+        // The relationships of one record with a modest degree are a few point reads: answer
+        // on the calling task, like a read by id. Everything else runs on the blocking pool.
+        let snap = self.store.snapshot()?;
+        let few = match spec.record {
+            Some(id) => rels::node_edges_below(&snap, t, &id, INLINE_DEGREE)?,
+            None => None,
+        };
+        let (relationships, total) = match few {
+            Some(edges) => spec.run(&snap, t, Some(edges))?,
+            None => tokio::task::spawn_blocking(move || spec.run(&snap, t, None))
+                .await
+                .map_err(|e| Error::internal(format!("relationship search task failed: {e}")))??,
+        };
         Ok(Outcome::Relationships {
             relationships,
             total,
@@ -501,7 +509,14 @@ impl RelSpec {
         if let Some(hit) = cache.get(&(*id, is_source)) {
             return Ok(hit.as_ref().filter(|(ok, _)| *ok).map(|(_, l)| l.clone()));
         }
-        let rec = rstore::get_record(kv, t, id)?;
+        // Without a filter on this side only the label is needed.
+        let rec = if matches!(f, Filter::True) {
+            kv.get(&rstore::record_key(t, id))?
+                .map(|v| codec::decode_record_fields(*id, &v, Some(&[])))
+                .transpose()?
+        } else {
+            rstore::get_record(kv, t, id)?
+        };
         let res = rec.map(|r| {
             let ok = (labels.is_empty() || labels.contains(&r.label)) && f.eval(&r, w);
             (ok, r.label)
@@ -535,7 +550,13 @@ impl RelSpec {
         Ok(Some(if swapped { (lb, la) } else { (la, lb) }))
     }
 
-    fn run<R: KvRead>(&self, kv: &R, t: u64) -> Result<(Vec<Value>, u64)> {
+    /// `edges`: the record's relationships when the caller already listed them.
+    fn run<R: KvRead>(
+        &self,
+        kv: &R,
+        t: u64,
+        edges: Option<Vec<rels::Edge>>,
+    ) -> Result<(Vec<Value>, u64)> {
         let w = Walker::new(kv, t);
         let mut cache = HashMap::new();
         let mut hits: Vec<(Record, String, String, Relationship)> = Vec::new();
@@ -573,7 +594,11 @@ impl RelSpec {
                 if rstore::get_record(kv, t, &id)?.is_none() {
                     return Err(Error::not_found(format!("record {id} not found")));
                 }
-                let found = rels::node_edges(kv, t, &id)?.into_iter().map(|e| e.rel);
+                let edges = match edges {
+                    Some(e) => e,
+                    None => rels::node_edges(kv, t, &id)?,
+                };
+                let found = edges.into_iter().map(|e| e.rel);
                 for rid in found {
                     if let Some(rel) = rels::get_relationship(kv, t, &rid)? {
                         consider(rel, &mut cache)?;

@@ -84,7 +84,7 @@ impl Access {
     }
 }
 
-fn flatten<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
+pub(crate) fn flatten<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
     match f {
         Filter::True => {}
         Filter::And(fs) => fs.iter().for_each(|f| flatten(f, out)),

@@ -164,7 +164,7 @@ pub fn prepare<R: KvRead>(
     Ok(match filter {
         Filter::Related(rel) => {
             let labels: Vec<String> = rel.label.iter().cloned().collect();
-            let est = exec::estimate(kv, tenant, &labels, &rel.filter)?;
+            let est = block_targets(kv, tenant, &labels, &rel.filter)?;
             let what = rel.label.as_deref().unwrap_or("any label");
             if est > root_rows {
                 notes.push(format!(
@@ -196,6 +196,54 @@ pub fn prepare<R: KvRead>(
         Filter::Not(f) => Filter::Not(Box::new(prepare(kv, tenant, f, root_rows, notes)?)),
         other => other.clone(),
     })
+}
+
+/// Estimated matches of (labels, filter) bounded by its one-hop blocks: a block over label B
+/// whose own matches are estimated at e(B) leaves at most e(B) x (relationships between the
+/// two labels, of the block's types and direction) / (records of B), from the counters.
+fn block_targets<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    labels: &[String],
+    filter: &Filter,
+) -> Result<u64> {
+    let mut est = exec::estimate(kv, tenant, labels, filter)?;
+    let mut conj = Vec::new();
+    exec::flatten(filter, &mut conj);
+    let mut counts = None;
+    for f in conj {
+        let Filter::Related(b) = f else { continue };
+        let (Some(bl), [l]) = (&b.label, labels) else {
+            continue;
+        };
+        if b.hops != (1, 1) {
+            continue;
+        }
+        let of_b = crate::store::records::label_count(kv, tenant, bl)?;
+        if of_b == 0 {
+            return Ok(0);
+        }
+        let e_b = block_targets(kv, tenant, std::slice::from_ref(bl), &b.filter)?;
+        if counts.is_none() {
+            counts = Some(rels::rel_counts(kv, tenant)?);
+        }
+        let typed = |t: &String| b.edges.types.is_empty() || b.edges.types.contains(t);
+        let (out, inn) = (
+            b.edges.dir != Some(crate::model::Direction::In),
+            b.edges.dir != Some(crate::model::Direction::Out),
+        );
+        let edges: u64 = counts
+            .iter()
+            .flatten()
+            .filter(|(s, ty, t, _)| {
+                typed(ty) && ((out && s == l && t == bl) || (inn && s == bl && t == l))
+            })
+            .map(|c| c.3)
+            .sum();
+        let bound = (e_b as u128 * edges as u128).div_ceil(of_b as u128);
+        est = est.min(bound.min(u64::MAX as u128) as u64);
+    }
+    Ok(est)
 }
 
 fn prep_all<R: KvRead>(

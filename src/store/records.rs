@@ -280,7 +280,8 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             }
         }
         if let Some(row) = self.row {
-            self.ov.put(self.key(keys::ROW_SEQ).0, codec::encode_u64(row));
+            self.ov
+                .put(self.key(keys::ROW_SEQ).0, codec::encode_u64(row));
         }
         Ok(())
     }

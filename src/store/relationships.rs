@@ -143,6 +143,25 @@ pub fn node_edges<R: KvRead + ?Sized>(kv: &R, tenant: u64, node: &Uuid) -> Resul
     Ok(out)
 }
 
+/// Every relationship of `node` when it has fewer than `cap` adjacency entries; None (after
+/// reading `cap` entries) when it has more.
+pub fn node_edges_below<R: KvRead + ?Sized>(
+    kv: &R,
+    tenant: u64,
+    node: &Uuid,
+    cap: usize,
+) -> Result<Option<Vec<Edge>>> {
+    let (mut out, mut seen, mut entries) = (Vec::new(), HashSet::new(), 0);
+    edges(kv, tenant, node, &EdgeFilter::default(), &mut |e| {
+        entries += 1;
+        if seen.insert(e.rel) {
+            out.push(e);
+        }
+        Ok(entries < cap)
+    })?;
+    Ok((entries < cap).then_some(out))
+}
+
 /// (source label, type, target label, count), in key order.
 pub fn rel_counts<R: KvRead + ?Sized>(
     kv: &R,

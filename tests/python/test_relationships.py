@@ -174,6 +174,26 @@ def test_explain_names_the_traversal_side(api, shop):
     assert any("from each record's side" in t for t in plan["traversal"]), plan
 
 
+def test_two_hop_block_is_resolved_from_the_selective_end(api):
+    # 40 customers (2 in DE), 10 orders each, 3 items on each customer's first order: 400
+    # orders but 120 items. The ORDER block under ITEM is bounded by its CUSTOMER block (2
+    # customers x 10 orders each = 20), so it is resolved from there, not from the 120 items.
+    docs = [{"country": "DE" if c < 2 else "FR", "c": c,
+             "ORDER": [{"o": o, **({"ITEM": [{"i": i} for i in range(3)]} if o == 0 else {})}
+                       for o in range(10)]} for c in range(40)]
+    r = api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": "CUSTOMER", "documents": docs,
+                                                   "options": {"relationshipType": "HAS"}}})
+    assert r.status_code == 200, r.text
+    query = {"labels": ["ITEM"], "predicate": {"ORDER": {"$relation": {"type": "HAS", "direction": "in"},
+                                                         "CUSTOMER": {"country": "DE"}}}}
+    r = api.protocol({"kind": "describe", "describe": {"kind": "explain", "query": query}})
+    plan = r.json()["response"]["plan"]
+    assert plan["actualRows"] == 2 * 3, plan
+    assert any(t.startswith("ORDER: from the related side") for t in plan["traversal"]), plan
+    r = api.protocol({"kind": "query", "query": {"kind": "records", "query": {**query, "limit": 1}}})
+    assert r.json()["response"]["total"] == 6
+
+
 def test_alias_aggregation_and_group_by(api, shop):
     r = api.post("/api/v1/records/search", {
         "labels": ["Customer"],

@@ -16,7 +16,7 @@
 use super::codec;
 use super::keys::{self, Key};
 use super::kv::KvRead;
-use super::records::{get_record, RecordWriter};
+use super::records::{record_key, RecordWriter};
 use crate::error::{Error, Result};
 use crate::model::{Direction, PropValue, Relationship};
 use std::collections::{BTreeMap, HashSet};
@@ -220,7 +220,10 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         if let Some(l) = self.labels.get(id) {
             return Ok(l.clone());
         }
-        get_record(&*self.ov, self.tenant, id)?
+        self.ov
+            .get(&record_key(self.tenant, id))?
+            .map(|v| codec::decode_record_fields(*id, &v, Some(&[])))
+            .transpose()?
             .map(|r| r.label)
             .ok_or_else(|| Error::not_found(format!("record {id} not found")))
     }

@@ -6,6 +6,7 @@ mod ingest;
 mod records;
 mod relationships;
 mod search;
+pub mod transactions;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Record;
@@ -98,6 +99,20 @@ pub enum Outcome {
         content: String,
         count: u64,
     },
+    TransactionBegun {
+        id: uuid::Uuid,
+        ttl: u64,
+    },
+    TransactionInfo {
+        id: uuid::Uuid,
+        staged: u64,
+    },
+    TransactionStaged,
+    TransactionGet(Box<Record>),
+    TransactionOutcome(transactions::TxOutcome),
+    TransactionRolledBack {
+        id: uuid::Uuid,
+    },
     PropertyValues {
         property: serde_json::Value,
         values: Vec<serde_json::Value>,
@@ -107,8 +122,25 @@ pub enum Outcome {
     },
 }
 
+/// Where a write goes: committed at once, or staged into an open client transaction.
+pub(crate) enum Sink<'a> {
+    Store,
+    Staged(&'a mut transactions::Open),
+}
+
+impl Sink<'_> {
+    /// Refuses, inside a transaction, a write that BEHAVIOUR.md §5 does not stage.
+    fn refuse(&self, what: &str) -> Result<()> {
+        match self {
+            Sink::Store => Ok(()),
+            Sink::Staged(_) => Err(transactions::not_staged(what)),
+        }
+    }
+}
+
 pub struct Engine {
     pub store: Arc<Store>,
+    pub transactions: Arc<transactions::Transactions>,
     config: EngineConfig,
     /// SHA-256 of the bootstrap token: comparing digests keeps the comparison constant-time
     /// whatever the presented token's length.
@@ -124,6 +156,7 @@ impl Engine {
         let bootstrap_digest = digest(&config.bootstrap_token);
         Engine {
             store: Arc::new(store),
+            transactions: Arc::default(),
             config,
             bootstrap_digest,
         }
@@ -205,10 +238,12 @@ impl Engine {
             return Ok(Outcome::BuildInfo(self.build_info()));
         }
         let tenant = self.tenant(&env)?;
-        if env.transaction.is_some() {
-            return Err(Error::unsupported("X-Transaction-Id (client transactions)"));
+        if let Some(tx) = &env.transaction {
+            return self.in_transaction(tenant, tx, env.operation).await;
         }
+        let sink = &mut Sink::Store;
         match env.operation {
+            Operation::Transaction(op) => self.transaction(tenant, op).await,
             Operation::Query(QueryOp::Record(q)) => self.get_record(&tenant, &q.id),
             Operation::Query(QueryOp::Records(q)) => self.find_records(&tenant, &q.query).await,
             Operation::Query(QueryOp::PropertyValues(p)) => {
@@ -230,22 +265,22 @@ impl Engine {
                 self.delete_records(tenant, &q.query).await
             }
             Operation::Describe(DescribeOp::Property(p)) => self.describe_property(&tenant, &p.id),
-            Operation::Mutate(Mutation::PutRecord(p)) => self.put_record(tenant, p).await,
+            Operation::Mutate(Mutation::PutRecord(p)) => self.put_record(tenant, p, sink).await,
             Operation::Mutate(Mutation::RetypeRecord(r)) => {
-                self.retype_record(tenant, r.id, r.record, r.from_label, r.to_label)
+                self.retype_record(tenant, r.id, r.record, r.from_label, r.to_label, sink)
                     .await
             }
             Operation::Mutate(Mutation::DeleteRecord(d)) => {
-                self.delete_record(tenant, d.id, d.record).await
+                self.delete_record(tenant, d.id, d.record, sink).await
             }
             Operation::Mutate(Mutation::DeleteProperty(d)) => {
                 self.delete_property(tenant, d.name, d.id).await
             }
             Operation::Mutate(Mutation::LinkRecordsById(c)) => {
-                self.link_by_id(tenant, c.command).await
+                self.link_by_id(tenant, c.command, sink).await
             }
             Operation::Mutate(Mutation::UnlinkRecordsById(c)) => {
-                self.unlink_by_id(tenant, c.command).await
+                self.unlink_by_id(tenant, c.command, sink).await
             }
             Operation::Mutate(Mutation::LinkRecords(c)) => {
                 self.link_many(tenant, c.command, false).await
@@ -253,12 +288,25 @@ impl Engine {
             Operation::Mutate(Mutation::UnlinkRecords(c)) => {
                 self.link_many(tenant, c.command, true).await
             }
-            Operation::Ingest(i) => self.ingest(tenant, i).await,
+            Operation::Ingest(i) => self.ingest(tenant, i, sink).await,
             Operation::Query(QueryOp::ExportCsv(q)) => self.export_csv(&tenant, &q.query).await,
             Operation::Query(QueryOp::Relationships(q)) => {
                 self.find_relationships(&tenant, q.query).await
             }
             other => Err(Error::unsupported(other.name())),
+        }
+    }
+
+    /// Commits `ops` (one durable batch) or stages them into the transaction.
+    async fn apply_writes(
+        &self,
+        tenant: Tenant,
+        ops: Vec<crate::store::records::WriteOp>,
+        sink: &mut Sink<'_>,
+    ) -> Result<Vec<crate::store::records::WriteOutcome>> {
+        match sink {
+            Sink::Store => self.store.write(tenant, ops).await,
+            Sink::Staged(open) => self.stage(open, ops),
         }
     }
 

@@ -726,6 +726,8 @@ kind_enum! {
         "stage" => Stage(StageOp),
         "commit" => Commit(TransactionRef),
         "rollback" => Rollback(TransactionRef),
+        /// Engine extension: whether a transaction is open (`GET /api/v1/tx/{id}`).
+        "status" => Status(TransactionRef),
     }
 }
 

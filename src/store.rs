@@ -296,6 +296,32 @@ impl Drop for Store {
     }
 }
 
+/// The version stamped on records written by a staged view (never a committed version).
+pub const STAGED_VERSION: u64 = u64::MAX;
+
+/// A read view of `snap` plus `ops` applied on top, never committed: what a client
+/// transaction sees (its staged writes over the latest committed data). `read` gets the view,
+/// the tenant id in it, and the outcome of every op. Fails as the writer would on the first
+/// op that cannot apply.
+pub fn staged_view<T>(
+    snap: &Snapshot,
+    tenant: &Tenant,
+    ops: Vec<WriteOp>,
+    read: impl FnOnce(&Overlay<'_, Snapshot>, u64, Vec<WriteOutcome>) -> Result<T>,
+) -> Result<T> {
+    let mut ov = Overlay::new(snap);
+    let (t, _) = resolve_tenant_for_write(&mut ov, tenant)?;
+    let mut out = Vec::with_capacity(ops.len());
+    {
+        let mut w = RecordWriter::new(&mut ov, t, STAGED_VERSION);
+        for op in ops {
+            out.push(w.apply(op)?);
+        }
+        w.finish()?;
+    }
+    read(&ov, t, out)
+}
+
 /// Resolves a tenant for writing, creating it on first use.
 fn resolve_tenant_for_write<R: KvRead>(
     ov: &mut Overlay<'_, R>,

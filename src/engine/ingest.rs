@@ -1,7 +1,7 @@
 //! Bulk writes: `ingest` documents and CSV (REST JSON and CSV import), upsert options, and
 //! `query exportCsv`. A whole ingest is one write batch: it applies entirely or not at all.
 
-use super::{Engine, Outcome};
+use super::{Engine, Outcome, Sink};
 use crate::bulk::{self, csv as bulk_csv, FlattenOptions};
 use crate::error::{Error, Result};
 use crate::model::infer::InferOptions;
@@ -114,7 +114,12 @@ pub(super) fn vector_ops(
 }
 
 impl Engine {
-    pub(super) async fn ingest(&self, tenant: Tenant, op: IngestOp) -> Result<Outcome> {
+    pub(super) async fn ingest(
+        &self,
+        tenant: Tenant,
+        op: IngestOp,
+        sink: &mut Sink<'_>,
+    ) -> Result<Outcome> {
         let mut row_vectors = Vec::new();
         let (label, docs, options, parent, what) = match op {
             IngestOp::Documents(d) => (d.label, d.documents, d.options, d.parent_id, "documents"),
@@ -144,7 +149,10 @@ impl Engine {
             .map(|p| parse_uuid_v7(&p, "parentId"))
             .transpose()?;
         if let Some(p) = parent {
-            self.require_tenant(&tenant, p)?;
+            self.require_tenant(&tenant, p, sink)?;
+        }
+        if o.upsert.is_some() {
+            sink.refuse("an upsert (options.mergeBy / options.mergeStrategy)")?;
         }
         let plan = tokio::task::spawn_blocking(move || {
             bulk::flatten(label.as_deref(), &docs, what, &o.flatten).map(|p| (p, o))
@@ -195,7 +203,7 @@ impl Engine {
         let linked = records + links.len();
         ops.extend(links);
         ops.extend(vectors);
-        let out = self.store.write(tenant, ops).await?;
+        let out = self.apply_writes(tenant, ops, sink).await?;
         let mut written: Vec<Record> = Vec::new();
         let mut relationships = 0;
         let keep = o.return_result && records <= MAX_RETURNED_RECORDS;

@@ -2,7 +2,7 @@
 //! no thread hop), writes as batches for the store's writer.
 
 use super::ingest::{record_op, vector_ops, Options};
-use super::{Engine, Outcome};
+use super::{Engine, Outcome, Sink};
 use crate::bulk;
 use crate::error::{Error, Result};
 use crate::model::infer::{apply_explicit, infer_map};
@@ -52,7 +52,12 @@ impl Engine {
         Ok(Outcome::Property(info))
     }
 
-    pub(super) async fn put_record(&self, tenant: Tenant, p: PutRecordOp) -> Result<Outcome> {
+    pub(super) async fn put_record(
+        &self,
+        tenant: Tenant,
+        p: PutRecordOp,
+        sink: &mut Sink<'_>,
+    ) -> Result<Outcome> {
         let o = &p.options.clone().unwrap_or_default();
         let opts = Options::parse(Some(o))?;
         let vectors = p
@@ -86,13 +91,14 @@ impl Engine {
             check_label(l)?;
         }
         if let (PutMode::Create, Some(u)) = (p.mode, &opts.upsert) {
+            sink.refuse("an upsert (options.mergeBy / options.mergeStrategy)")?;
             let label = label
                 .filter(|l| !l.is_empty())
                 .ok_or_else(|| Error::invalid("label is required to upsert a record"))?;
             let id = Uuid::now_v7();
             let mut ops = vec![record_op(id, label, props, Some(u))];
             ops.extend(vector_ops(id, vectors));
-            return first(self.store.write(tenant, ops).await?);
+            return first(self.apply_writes(tenant, ops, sink).await?);
         }
         let (id, mode) = match p.mode {
             PutMode::Create => {
@@ -129,7 +135,7 @@ impl Engine {
             props,
         })];
         ops.extend(vector_ops(id, vectors));
-        first(self.store.write(tenant, ops).await?)
+        first(self.apply_writes(tenant, ops, sink).await?)
     }
 
     pub(super) async fn retype_record(
@@ -139,14 +145,14 @@ impl Engine {
         record: Option<RecordRef>,
         from: String,
         to: String,
+        sink: &mut Sink<'_>,
     ) -> Result<Outcome> {
         let id = ref_id(id, record)?;
         check_label(&from)?;
         check_label(&to)?;
-        self.require_tenant(&tenant, id)?;
+        self.require_tenant(&tenant, id, sink)?;
         single(
-            self.store
-                .write(tenant, vec![WriteOp::Retype { id, from, to }])
+            self.apply_writes(tenant, vec![WriteOp::Retype { id, from, to }], sink)
                 .await?,
         )
     }
@@ -156,12 +162,12 @@ impl Engine {
         tenant: Tenant,
         id: Option<String>,
         record: Option<RecordRef>,
+        sink: &mut Sink<'_>,
     ) -> Result<Outcome> {
         let id = ref_id(id, record)?;
-        self.require_tenant(&tenant, id)?;
+        self.require_tenant(&tenant, id, sink)?;
         single(
-            self.store
-                .write(tenant, vec![WriteOp::Delete { id }])
+            self.apply_writes(tenant, vec![WriteOp::Delete { id }], sink)
                 .await?,
         )
     }
@@ -204,11 +210,12 @@ impl Engine {
     }
 
     /// A write naming a record of a tenant that was never written cannot succeed; answer
-    /// not-found without creating the tenant.
-    pub(super) fn require_tenant(&self, tenant: &Tenant, id: Uuid) -> Result<()> {
-        match self.store.tenant_id(tenant) {
-            Some(_) => Ok(()),
-            None => Err(Error::not_found(format!("record {id} not found"))),
+    /// not-found without creating the tenant. (Staged writes are checked by their replay: the
+    /// transaction may have created the tenant.)
+    pub(super) fn require_tenant(&self, tenant: &Tenant, id: Uuid, sink: &Sink<'_>) -> Result<()> {
+        match (self.store.tenant_id(tenant), sink) {
+            (Some(_), _) | (None, Sink::Staged(_)) => Ok(()),
+            (None, Sink::Store) => Err(Error::not_found(format!("record {id} not found"))),
         }
     }
 }

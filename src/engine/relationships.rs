@@ -2,7 +2,7 @@
 //! (SPEC.md "Bulk relationship selector"), and relationship search and listing. Validation
 //! follows SPEC.md "Relationship validation rules"; BEHAVIOUR.md §3 decides the rest.
 
-use super::{Engine, Outcome};
+use super::{Engine, Outcome, Sink};
 use crate::error::{Error, Result};
 use crate::model::infer::{infer_value, InferOptions};
 use crate::model::{
@@ -143,13 +143,18 @@ fn side(s: &LinkSide, what: &str, cartesian: bool) -> Result<Side> {
 }
 
 impl Engine {
-    pub(super) async fn link_by_id(&self, tenant: Tenant, c: LinkByIdCommand) -> Result<Outcome> {
+    pub(super) async fn link_by_id(
+        &self,
+        tenant: Tenant,
+        c: LinkByIdCommand,
+        sink: &mut Sink<'_>,
+    ) -> Result<Outcome> {
         let sources = ids(&c.source_ids, "sourceIds")?;
         let targets = ids(&c.target_ids, "targetIds")?;
         let ty = rel_type(c.relation_type.as_deref(), "type")?;
         let dir = direction(c.direction.as_deref(), "direction")?.unwrap_or(Direction::Out);
         let props = rel_props(c.properties.as_ref())?;
-        self.require_tenant(&tenant, sources[0])?;
+        self.require_tenant(&tenant, sources[0], sink)?;
         let mut ops = Vec::with_capacity(sources.len() * targets.len());
         for s in &sources {
             for t in &targets {
@@ -166,13 +171,14 @@ impl Engine {
                 }));
             }
         }
-        Ok(affected(self.store.write(tenant, ops).await?))
+        Ok(affected(self.apply_writes(tenant, ops, sink).await?))
     }
 
     pub(super) async fn unlink_by_id(
         &self,
         tenant: Tenant,
         c: UnlinkByIdCommand,
+        sink: &mut Sink<'_>,
     ) -> Result<Outcome> {
         let sources = ids(&c.source_ids, "sourceIds")?;
         let targets = ids(&c.target_ids, "targetIds")?;
@@ -183,7 +189,7 @@ impl Engine {
             .map(|t| rel_type(Some(t), "typeOrTypes"))
             .collect::<Result<Vec<_>>>()?;
         let dir = direction(c.direction.as_deref(), "direction")?;
-        if self.store.tenant_id(&tenant).is_none() {
+        if self.store.tenant_id(&tenant).is_none() && matches!(sink, Sink::Store) {
             return Ok(Outcome::Affected(0));
         }
         let ops = sources
@@ -199,7 +205,7 @@ impl Engine {
                 })
             })
             .collect();
-        Ok(affected(self.store.write(tenant, ops).await?))
+        Ok(affected(self.apply_writes(tenant, ops, sink).await?))
     }
 
     /// Bulk link (or unlink) by key match or, with `allowCartesian`, every pair.
@@ -380,7 +386,7 @@ fn bulk_pairs<R: KvRead>(kv: &R, t: u64, src: &Side, tgt: &Side) -> Result<Vec<(
 }
 
 /// A parsed relationship query.
-struct RelSpec {
+pub(super) struct RelSpec {
     source_labels: Vec<String>,
     target_labels: Vec<String>,
     source: Filter,
@@ -415,7 +421,7 @@ fn and(a: Filter, b: Filter) -> Filter {
 }
 
 impl RelSpec {
-    fn parse(q: RelationshipQuery) -> Result<RelSpec> {
+    pub(super) fn parse(q: RelationshipQuery) -> Result<RelSpec> {
         let mut source_labels = q.source_labels.unwrap_or_default();
         let mut target_labels = q.target_labels.unwrap_or_default();
         let mut source = filter::parse(q.source_predicate.as_ref(), "source.where")?;
@@ -551,7 +557,7 @@ impl RelSpec {
     }
 
     /// `edges`: the record's relationships when the caller already listed them.
-    fn run<R: KvRead>(
+    pub(super) fn run<R: KvRead>(
         &self,
         kv: &R,
         t: u64,

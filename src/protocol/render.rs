@@ -141,6 +141,30 @@ pub fn response(outcome: &Outcome) -> Value {
             }
             v
         }
+        Outcome::TransactionBegun { id, ttl } => {
+            json!({"kind": "transactionBegun", "transactionId": id.to_string(), "ttlMs": ttl})
+        }
+        Outcome::TransactionInfo { id, staged } => {
+            json!({"kind": "transaction", "transactionId": id.to_string(), "status": "open", "staged": staged})
+        }
+        Outcome::TransactionStaged => json!({"kind": "transactionStaged"}),
+        Outcome::TransactionGet(r) => {
+            // `__label` too: the SDK reads the staged record's label under that key.
+            let mut rec = record(r);
+            rec["__label"] = json!(r.label);
+            json!({"kind": "transactionGet", "record": rec})
+        }
+        Outcome::TransactionOutcome(o) => {
+            let mut v = json!({"kind": "transactionOutcome", "transactionId": o.id.to_string(),
+                "status": o.status, "retryable": o.retryable});
+            if let Some(r) = &o.reason {
+                v["reason"] = json!(r);
+            }
+            v
+        }
+        Outcome::TransactionRolledBack { id } => {
+            json!({"kind": "transactionRolledBack", "transactionId": id.to_string()})
+        }
         Outcome::Csv { content, count } => {
             json!({"kind": "csv", "content": content, "count": count})
         }

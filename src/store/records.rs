@@ -78,6 +78,12 @@ pub enum WriteOp {
     },
     Link(LinkRel),
     Unlink(UnlinkRel),
+    /// Fails the batch with a conflict unless the record exists with exactly this version
+    /// (a client transaction's read and write set, checked at commit).
+    Check {
+        id: Uuid,
+        version: u64,
+    },
     /// Stores an inline vector with a record (replacing one of the same property name).
     SetVector {
         id: Uuid,
@@ -419,6 +425,15 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 self.link(l).map(WriteOutcome::Affected)
             }
             WriteOp::Unlink(u) => self.unlink(u).map(WriteOutcome::Affected),
+            WriteOp::Check { id, version } => match get_record(&*self.ov, self.tenant, &id)? {
+                Some(r) if r.version == version => Ok(WriteOutcome::Affected(0)),
+                Some(_) => Err(Error::conflict(format!(
+                    "record {id} was changed by another commit after this transaction read it"
+                ))),
+                None => Err(Error::conflict(format!(
+                    "record {id} was deleted by another commit after this transaction read it"
+                ))),
+            },
             WriteOp::SetVector {
                 id,
                 property,

@@ -125,6 +125,15 @@ impl RequestMeta {
             operation,
         }
     }
+
+    /// The same request without a transaction id (the `/tx` routes address theirs by path).
+    fn outside_transaction(&self) -> RequestMeta {
+        RequestMeta {
+            credential: self.credential.clone(),
+            tenant: self.tenant.clone(),
+            transaction: None,
+        }
+    }
 }
 
 /// Rejects JSON nested deeper than `max` before parsing (a bounded scan, no recursion).
@@ -303,8 +312,8 @@ fn settings(state: &HttpState) -> HttpResponse {
             "multitenant": b.multitenant,
             "restEnvelope": if state.flat_lists { "flat" } else { "spec" },
             "features": {
-                "records": true, "search": true, "relationships": false, "transactions": false,
-                "import": false, "export": false, "vectorSearch": false, "sql": false, "bolt": false, "grpc": false
+                "records": true, "search": true, "relationships": true, "transactions": true,
+                "import": true, "export": true, "vectorSearch": false, "sql": false, "bolt": false, "grpc": false
             }
         }}),
     )

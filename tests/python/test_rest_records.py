@@ -874,8 +874,6 @@ def test_unknown_route_404(module_api, method, path):
 
 LATER_ROUTES = [
     ("GET", "/api/v1/relationships/patterns", None),
-    ("POST", "/api/v1/tx", {}),
-    ("POST", "/api/v1/tx/0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f/commit", {}),
 ]
 
 
@@ -933,9 +931,8 @@ def test_protocol_unknown_record_404(module_api):
 
 @pytest.mark.parametrize("operation", [
     {"kind": "index", "index": {"kind": "create", "definition": {"label": "X", "property": "a", "kind": "text"}}},
-    {"kind": "transaction", "transaction": {"kind": "begin"}},
     {"kind": "backup", "backup": {"kind": "snapshot"}},
-], ids=["index", "transaction", "backup"])
+], ids=["index", "backup"])
 def test_protocol_unimplemented_501(module_api, operation):
     before = module_api.search({"limit": 1})["total"]
     assert_protocol_error(module_api.protocol(operation), 501, "unsupported")

@@ -21,6 +21,7 @@ use crate::protocol::render::Flat;
 
 mod bulk;
 mod relationships;
+mod transactions;
 
 fn property_json(p: &PropertyInfo) -> Value {
     json!({"id": p.id.to_string(), "name": p.name, "type": p.ty.name(), "metadata": "", "recordsCount": p.records_count})
@@ -296,6 +297,22 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
             }
             .await
         }),
+        (&Method::POST, ["tx"]) => (
+            "/api/v1/tx",
+            transactions::begin(state, &meta.outside_transaction(), req).await,
+        ),
+        (&Method::GET, ["tx", id]) => (
+            "/api/v1/tx/{id}",
+            transactions::status(state, &meta.outside_transaction(), id).await,
+        ),
+        (&Method::POST, ["tx", id, "commit"]) => (
+            "/api/v1/tx/{id}/commit",
+            transactions::commit(state, &meta.outside_transaction(), id).await,
+        ),
+        (&Method::POST, ["tx", id, "rollback"]) => (
+            "/api/v1/tx/{id}/rollback",
+            transactions::rollback(state, &meta.outside_transaction(), id).await,
+        ),
         (&Method::POST, ["records", "import", "json"]) => (
             "/api/v1/records/import/json",
             bulk::import_json(state, &meta, req).await,
@@ -377,7 +394,6 @@ fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static
             "/api/v1/relationships/patterns",
             "relationship-pattern suggestions (a hosted-offering feature)",
         ),
-        (_, ["tx", ..]) => ("/api/v1/tx", "transactions"),
         (_, ["query", "raw"]) => (
             "/api/v1/query/raw",
             "raw graph queries (no customer-owned graph database is connected)",

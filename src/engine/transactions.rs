@@ -1,0 +1,470 @@
+//! Client transactions (BEHAVIOUR.md §5): writes sent with a transaction id are staged, reads
+//! sent with it see the latest committed data plus the staged writes, and commit applies
+//! everything in one durable batch or nothing.
+//!
+//! Invariants:
+//! - No redb read transaction outlives a request: every staged write and every read replays
+//!   the staged ops on an overlay over a fresh snapshot (`store::staged_view`), which is also
+//!   how a staged write is validated before it is accepted.
+//! - Every committed record the transaction reads or writes is remembered with the version it
+//!   had when first seen; commit puts a `Check` of each in front of the staged ops, so the
+//!   writer refuses the whole batch (409 conflict) if any changed since: first committer wins.
+//! - A transaction ends exactly once (commit, rollback or expiry), under its own lock; its id
+//!   is then remembered as expired for [`EXPIRED_MEMORY`] when it ended by expiry.
+
+use super::{Engine, Outcome, Sink};
+use crate::error::{Error, ErrorCode, Result};
+use crate::model::Record;
+use crate::protocol::{
+    self, BeginOp, LinkByIdCommand, Mutation, OneOrMany, Operation, PutMode, PutRecordOp, QueryOp,
+    RecordQuery, StagedMutation, TransactionOp,
+};
+use crate::store::records::{WriteOp, WriteOutcome};
+use crate::store::{self, Tenant, STAGED_VERSION};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+pub const DEFAULT_TTL_MS: u64 = 5_000;
+pub const MAX_TTL_MS: u64 = 30_000;
+/// How long an expired transaction's id answers `transaction_expired`.
+pub const EXPIRED_MEMORY: Duration = Duration::from_secs(600);
+/// Most write ops one transaction may stage (each read replays them all).
+pub const MAX_STAGED_OPS: usize = 100_000;
+
+/// An open transaction. Guarded by its own async lock; `ops` is empty once it has ended.
+pub struct Open {
+    pub id: Uuid,
+    tenant: Tenant,
+    ops: Vec<WriteOp>,
+    /// Committed records read or written, with the version first seen.
+    seen: HashMap<Uuid, u64>,
+    autocommit: bool,
+    ended: bool,
+}
+
+type Handle = Arc<tokio::sync::Mutex<Open>>;
+
+#[derive(Default)]
+pub struct Transactions {
+    open: Mutex<HashMap<Uuid, Handle>>,
+    /// Ids of transactions that expired, with when.
+    expired: Mutex<HashMap<Uuid, Instant>>,
+}
+
+/// How a commit ended (Protocol v1 `transactionOutcome`).
+#[derive(Debug, Clone)]
+pub struct TxOutcome {
+    pub id: Uuid,
+    pub status: &'static str,
+    pub retryable: bool,
+    pub reason: Option<String>,
+}
+
+/// 501 for an operation a transaction does not take (BEHAVIOUR.md §5).
+pub(super) fn not_staged(what: &str) -> Error {
+    Error::new(
+        ErrorCode::Unsupported,
+        format!("{what} cannot run inside a transaction (X-Transaction-Id): transactions take record creates, updates, retypes and deletes by id, relationship attach and detach by id, imports, and reads by id, search and relationship lists; run it outside the transaction"),
+    )
+}
+
+fn not_found(id: &Uuid) -> Error {
+    Error::not_found(format!("transaction {id} not found"))
+}
+
+fn expired(id: &Uuid) -> Error {
+    Error::new(
+        ErrorCode::TransactionExpired,
+        format!("transaction {id} expired (its ttl elapsed) and was rolled back"),
+    )
+}
+
+impl Transactions {
+    fn lookup(&self, id: &Uuid) -> Result<Handle> {
+        let open = self.open.lock().map_err(|_| Error::internal("tx lock"))?;
+        if let Some(h) = open.get(id) {
+            return Ok(h.clone());
+        }
+        drop(open);
+        let mut exp = self
+            .expired
+            .lock()
+            .map_err(|_| Error::internal("tx lock"))?;
+        exp.retain(|_, at| at.elapsed() < EXPIRED_MEMORY);
+        Err(if exp.contains_key(id) {
+            expired(id)
+        } else {
+            not_found(id)
+        })
+    }
+
+    fn remove(&self, id: &Uuid) {
+        if let Ok(mut open) = self.open.lock() {
+            open.remove(id);
+        }
+    }
+
+    fn mark_expired(&self, id: Uuid) {
+        if let Ok(mut exp) = self.expired.lock() {
+            exp.retain(|_, at| at.elapsed() < EXPIRED_MEMORY);
+            exp.insert(id, Instant::now());
+        }
+    }
+
+    /// Open transactions (for metrics and tests).
+    pub fn open_count(&self) -> usize {
+        self.open.lock().map(|o| o.len()).unwrap_or(0)
+    }
+}
+
+/// Record ids a write op changes (their committed versions join the transaction's set).
+fn written_ids(op: &WriteOp) -> Vec<Uuid> {
+    match op {
+        WriteOp::Put(p) if p.mode != crate::store::records::PutMode::Create => vec![p.id],
+        WriteOp::Retype { id, .. } | WriteOp::Delete { id } => vec![*id],
+        _ => vec![],
+    }
+}
+
+pub fn parse_id(id: &str) -> Result<Uuid> {
+    crate::model::parse_uuid_v7(id, "transaction id")
+}
+
+impl Engine {
+    /// Parses and finds an open transaction of this tenant, locked.
+    async fn locked(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<tokio::sync::OwnedMutexGuard<Open>> {
+        let id = parse_id(id)?;
+        let h = self.transactions.lookup(&id)?;
+        let g = h.lock_owned().await;
+        if g.ended {
+            return Err(self
+                .transactions
+                .lookup(&id)
+                .err()
+                .unwrap_or_else(|| not_found(&id)));
+        }
+        if &g.tenant != tenant {
+            return Err(not_found(&id));
+        }
+        Ok(g)
+    }
+
+    pub(super) async fn begin(&self, tenant: Tenant, b: BeginOp) -> Result<Outcome> {
+        let ttl = b.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
+        if ttl == 0 || ttl > MAX_TTL_MS {
+            return Err(Error::invalid(format!(
+                "ttl: {ttl} ms is outside 1..={MAX_TTL_MS} ms"
+            )));
+        }
+        let id = Uuid::now_v7();
+        let open = Arc::new(tokio::sync::Mutex::new(Open {
+            id,
+            tenant,
+            ops: Vec::new(),
+            seen: HashMap::new(),
+            autocommit: b.autocommit.unwrap_or(false),
+            ended: false,
+        }));
+        self.transactions
+            .open
+            .lock()
+            .map_err(|_| Error::internal("tx lock"))?
+            .insert(id, open.clone());
+        // The ttl lease: at expiry the transaction rolls back (or commits, with autocommit).
+        let (store, txs) = (self.store.clone(), self.transactions.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ttl)).await;
+            let mut g = open.lock().await;
+            if g.ended {
+                return;
+            }
+            g.ended = true;
+            txs.remove(&g.id);
+            if g.autocommit {
+                let ops = commit_ops(&mut g);
+                if let Err(e) = store.write(g.tenant.clone(), ops).await {
+                    crate::log::warn(&format!(
+                        "autocommit of transaction {} at expiry failed: {}",
+                        g.id, e.message
+                    ));
+                }
+            } else {
+                txs.mark_expired(g.id);
+            }
+        });
+        Ok(Outcome::TransactionBegun { id, ttl })
+    }
+
+    /// `GET /tx/{id}`: the transaction exists and is open.
+    pub(super) async fn transaction_info(&self, tenant: &Tenant, id: &str) -> Result<Outcome> {
+        let g = self.locked(tenant, id).await?;
+        Ok(Outcome::TransactionInfo {
+            id: g.id,
+            staged: g.ops.len() as u64,
+        })
+    }
+
+    pub(super) async fn commit(&self, tenant: &Tenant, id: &str) -> Result<TxOutcome> {
+        let mut g = self.locked(tenant, id).await?;
+        g.ended = true;
+        self.transactions.remove(&g.id);
+        let ops = commit_ops(&mut g);
+        Ok(match self.store.write(g.tenant.clone(), ops).await {
+            Ok(_) => TxOutcome {
+                id: g.id,
+                status: "committed",
+                retryable: false,
+                reason: None,
+            },
+            Err(e) => TxOutcome {
+                id: g.id,
+                status: "aborted",
+                retryable: e.code == ErrorCode::Conflict,
+                reason: Some(e.message),
+            },
+        })
+    }
+
+    pub(super) async fn rollback(&self, tenant: &Tenant, id: &str) -> Result<Uuid> {
+        let mut g = self.locked(tenant, id).await?;
+        g.ended = true;
+        g.ops.clear();
+        self.transactions.remove(&g.id);
+        Ok(g.id)
+    }
+
+    /// Protocol v1 `transaction`.
+    pub(super) async fn transaction(&self, tenant: Tenant, op: TransactionOp) -> Result<Outcome> {
+        match op {
+            TransactionOp::Begin(b) => self.begin(tenant, b).await,
+            TransactionOp::Commit(r) => match self.commit(&tenant, &r.transaction_id).await {
+                Ok(o) => Ok(Outcome::TransactionOutcome(o)),
+                // Protocol commit always answers with the outcome (BEHAVIOUR.md §5).
+                Err(e) if e.code == ErrorCode::TransactionExpired => {
+                    Ok(Outcome::TransactionOutcome(TxOutcome {
+                        id: parse_id(&r.transaction_id)?,
+                        status: "expired",
+                        retryable: true,
+                        reason: Some(e.message),
+                    }))
+                }
+                Err(e) => Err(e),
+            },
+            TransactionOp::Status(r) => self.transaction_info(&tenant, &r.transaction_id).await,
+            TransactionOp::Rollback(r) => {
+                let id = self.rollback(&tenant, &r.transaction_id).await?;
+                Ok(Outcome::TransactionRolledBack { id })
+            }
+            TransactionOp::Stage(s) => {
+                let get = matches!(s.mutation, StagedMutation::GetRecord(_));
+                let op = staged_operation(s.mutation)?;
+                let out = self.in_transaction(tenant, &s.transaction_id, op).await?;
+                Ok(match (get, out) {
+                    (true, Outcome::Record(r)) => Outcome::TransactionGet(r),
+                    _ => Outcome::TransactionStaged,
+                })
+            }
+        }
+    }
+
+    /// An operation sent with a transaction id: staged writes, reads of the staged view, and
+    /// 501 for everything else.
+    pub(super) async fn in_transaction(
+        &self,
+        tenant: Tenant,
+        tx: &str,
+        op: Operation,
+    ) -> Result<Outcome> {
+        let what = op.name();
+        let refuse = || Err(not_staged(&what));
+        // Refuse before locking, so an unsupported operation cannot hold the transaction.
+        match &op {
+            Operation::Mutate(
+                Mutation::PutRecord(_)
+                | Mutation::RetypeRecord(_)
+                | Mutation::DeleteRecord(_)
+                | Mutation::LinkRecordsById(_)
+                | Mutation::UnlinkRecordsById(_),
+            )
+            | Operation::Ingest(_)
+            | Operation::Query(QueryOp::Record(_) | QueryOp::Relationships(_)) => {}
+            Operation::Query(QueryOp::Records(q))
+                if q.query.aggregate.is_none()
+                    && q.query.select.is_none()
+                    && q.query.group_by.is_none() => {}
+            _ => return refuse(),
+        }
+        let mut g = self.locked(&tenant, tx).await?;
+        let open = &mut *g;
+        match op {
+            Operation::Query(QueryOp::Record(q)) => {
+                let id = crate::model::parse_uuid_v7(&q.id, "id")?;
+                let rec =
+                    self.staged_read(open, |kv, t| crate::store::records::get_record(kv, t, &id))?;
+                let rec = rec.ok_or_else(|| Error::not_found(format!("record {id} not found")))?;
+                remember(open, std::slice::from_ref(&rec));
+                Ok(Outcome::Record(Box::new(rec)))
+            }
+            Operation::Query(QueryOp::Records(q)) => {
+                let spec = crate::query::lower(&q.query, true)?.spec;
+                let out =
+                    self.staged_read(open, |kv, t| crate::query::exec::search(kv, t, &spec))?;
+                remember(open, &out.records);
+                Ok(Outcome::Records {
+                    records: out.records,
+                    total: out.total,
+                })
+            }
+            Operation::Query(QueryOp::Relationships(q)) => {
+                let spec = super::relationships::RelSpec::parse(q.query)?;
+                let (relationships, total) =
+                    self.staged_read(open, |kv, t| spec.run(kv, t, None))?;
+                Ok(Outcome::Relationships {
+                    relationships,
+                    total,
+                })
+            }
+            Operation::Mutate(Mutation::PutRecord(p)) => {
+                self.put_record(tenant, p, &mut Sink::Staged(open)).await
+            }
+            Operation::Mutate(Mutation::RetypeRecord(r)) => {
+                self.retype_record(
+                    tenant,
+                    r.id,
+                    r.record,
+                    r.from_label,
+                    r.to_label,
+                    &mut Sink::Staged(open),
+                )
+                .await
+            }
+            Operation::Mutate(Mutation::DeleteRecord(d)) => {
+                self.delete_record(tenant, d.id, d.record, &mut Sink::Staged(open))
+                    .await
+            }
+            Operation::Mutate(Mutation::LinkRecordsById(c)) => {
+                self.link_by_id(tenant, c.command, &mut Sink::Staged(open))
+                    .await
+            }
+            Operation::Mutate(Mutation::UnlinkRecordsById(c)) => {
+                self.unlink_by_id(tenant, c.command, &mut Sink::Staged(open))
+                    .await
+            }
+            Operation::Ingest(i) => self.ingest(tenant, i, &mut Sink::Staged(open)).await,
+            _ => refuse(),
+        }
+    }
+
+    /// Runs `read` on the transaction's view (committed data plus staged writes).
+    fn staged_read<T>(
+        &self,
+        open: &Open,
+        read: impl FnOnce(&store::kv::Overlay<'_, store::kv::Snapshot>, u64) -> Result<T>,
+    ) -> Result<T> {
+        let snap = self.store.snapshot()?;
+        store::staged_view(&snap, &open.tenant, open.ops.clone(), |kv, t, _| {
+            read(kv, t)
+        })
+    }
+
+    /// Stages write ops: validated by replaying the transaction with them; answers their
+    /// outcomes as the transaction sees them.
+    pub(super) fn stage(&self, open: &mut Open, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
+        if open.ops.len() + ops.len() > MAX_STAGED_OPS {
+            return Err(Error::invalid(format!(
+                "a transaction stages at most {MAX_STAGED_OPS} writes; commit and start another"
+            )));
+        }
+        let snap = self.store.snapshot()?;
+        if let Some(t) = self.store.tenant_id(&open.tenant) {
+            for id in ops.iter().flat_map(written_ids) {
+                if let std::collections::hash_map::Entry::Vacant(v) = open.seen.entry(id) {
+                    if let Some(r) = crate::store::records::get_record(&snap, t, &id)? {
+                        v.insert(r.version);
+                    }
+                }
+            }
+        }
+        let n = ops.len();
+        let mut all = open.ops.clone();
+        all.extend(ops.iter().cloned());
+        let out = store::staged_view(&snap, &open.tenant, all, |_, _, out| Ok(out))?;
+        open.ops.extend(ops);
+        let skip = out.len() - n;
+        Ok(out.into_iter().skip(skip).collect())
+    }
+}
+
+/// Remembers the committed versions of records a read returned.
+fn remember(open: &mut Open, records: &[Record]) {
+    for r in records {
+        if r.version != STAGED_VERSION {
+            open.seen.entry(r.id).or_insert(r.version);
+        }
+    }
+}
+
+/// The commit batch: a version check of everything seen, then the staged writes.
+fn commit_ops(open: &mut Open) -> Vec<WriteOp> {
+    let mut ops: Vec<WriteOp> = open
+        .seen
+        .iter()
+        .map(|(id, version)| WriteOp::Check {
+            id: *id,
+            version: *version,
+        })
+        .collect();
+    ops.append(&mut open.ops);
+    ops
+}
+
+/// A Protocol v1 staged mutation as the operation it stages.
+fn staged_operation(m: StagedMutation) -> Result<Operation> {
+    Ok(match m {
+        StagedMutation::CreateRecord(c) => Operation::Mutate(Mutation::PutRecord(PutRecordOp {
+            mode: PutMode::Create,
+            label: Some(c.label),
+            id: c.id,
+            properties: c.properties,
+            typed_properties: None,
+            vectors: None,
+            options: c.options,
+        })),
+        StagedMutation::UpdateRecord(u) => Operation::Mutate(Mutation::PutRecord(PutRecordOp {
+            mode: if u.replace.unwrap_or(false) {
+                PutMode::Replace
+            } else {
+                PutMode::Merge
+            },
+            label: None,
+            id: Some(u.record.id),
+            properties: u.properties,
+            typed_properties: None,
+            vectors: None,
+            options: None,
+        })),
+        StagedMutation::RetypeRecord(r) => Operation::Mutate(Mutation::RetypeRecord(r)),
+        StagedMutation::DeleteRecord(d) => Operation::Mutate(Mutation::DeleteRecord(d)),
+        StagedMutation::CreateRelationship(r) => {
+            Operation::Mutate(Mutation::LinkRecordsById(protocol::Command {
+                command: LinkByIdCommand {
+                    relation_type: r.relation_type,
+                    direction: None,
+                    source_ids: OneOrMany::Many(vec![r.source.id]),
+                    target_ids: OneOrMany::Many(vec![r.target.id]),
+                    properties: r.properties,
+                },
+            }))
+        }
+        StagedMutation::Ingest(i) => Operation::Ingest(i.ingest),
+        StagedMutation::GetRecord(g) => {
+            Operation::Query(QueryOp::Record(RecordQuery { id: g.record.id }))
+        }
+    })
+}

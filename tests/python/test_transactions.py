@@ -1,0 +1,381 @@
+"""Client transactions through REST (`/api/v1/tx`, `X-Transaction-Id`), Protocol v1
+(`transaction` begin / stage / commit / rollback) and the `rushdb` 3.0 SDK in direct mode:
+staged visibility, commit, rollback, ttl expiry, conflicts (first committer wins), refused
+operations, a bank-transfer invariant under 32 concurrent clients, and crash atomicity.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from rushdb import RushDB
+
+from conftest import DEV_TOKEN, assert_protocol_error, assert_rest_error, unchanged, unique
+
+
+def begin(api, **body):
+    r = api.post("/api/v1/tx", body)
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    return data["id"]
+
+
+def tx_headers(api, tx):
+    return api.headers({"X-Transaction-Id": tx})
+
+
+def in_tx(api, tx, method, path, body=None):
+    return api.session.request(method, api.engine.url + path, json=body, headers=tx_headers(api, tx), timeout=30)
+
+
+def commit(api, tx):
+    return api.post(f"/api/v1/tx/{tx}/commit", {})
+
+
+def ids_of(api, label, tx=None):
+    body = {"labels": [label], "limit": 1000}
+    r = in_tx(api, tx, "POST", "/api/v1/records/search", body) if tx else api.post("/api/v1/records/search", body)
+    assert r.status_code == 200, r.text
+    return {x["__id"] for x in r.json()["data"]["data"]}
+
+
+# ---------------------------------------------------------------------------------------
+# REST
+# ---------------------------------------------------------------------------------------
+
+
+def test_begin_ttl_rules(module_api):
+    r = module_api.post("/api/v1/tx", {})
+    assert r.status_code == 200 and r.json()["data"]["ttl"] == 5000
+    assert module_api.post("/api/v1/tx", {"ttl": 30000}).json()["data"]["ttl"] == 30000
+    assert_rest_error(module_api.post("/api/v1/tx", {"ttl": 30001}), 400, "invalid_argument", message_contains=["ttl"])
+    assert_rest_error(module_api.post("/api/v1/tx", {"ttl": "long"}), 400, "invalid_argument", message_contains=["ttl"])
+    tx = begin(module_api)
+    r = module_api.get(f"/api/v1/tx/{tx}")
+    assert r.status_code == 200 and r.json()["data"]["id"] == tx
+
+
+def test_staged_writes_are_visible_inside_only_until_commit(module_api):
+    label = unique("TXV")
+    existing = module_api.create(label, {"n": 0, "keep": "yes"})
+    other = module_api.create(label, {"n": 100})
+    tx = begin(module_api, ttl=20000)
+    r = in_tx(module_api, tx, "POST", "/api/v1/records", {"label": label, "data": {"n": 1}, "options": {"returnResult": True}})
+    assert r.status_code == 201, r.text
+    created = r.json()["data"]["__id"]
+    r = in_tx(module_api, tx, "PATCH", f"/api/v1/records/{existing}", {"n": 5})
+    assert r.status_code == 201 and r.json()["data"]["n"] == 5 and r.json()["data"]["keep"] == "yes"
+    r = in_tx(module_api, tx, "POST", f"/api/v1/records/{created}/relationships", {"targetIds": [existing], "type": "T"})
+    assert r.status_code == 201, r.text
+    r = in_tx(module_api, tx, "DELETE", f"/api/v1/records/{other}")
+    assert r.status_code == 200, r.text
+    r = in_tx(module_api, tx, "POST", "/api/v1/records/import/json", {"label": label, "data": [{"n": 7}, {"n": 8}]})
+    assert r.status_code == 201 and r.json()["data"]["count"] == 2
+
+    # inside: committed data plus the staged writes
+    inside = ids_of(module_api, label, tx)
+    assert created in inside and existing in inside and other not in inside and len(inside) == 4
+    r = in_tx(module_api, tx, "GET", f"/api/v1/records/{existing}")
+    assert r.json()["data"]["n"] == 5
+    r = in_tx(module_api, tx, "GET", f"/api/v1/records/{created}/relationships")
+    assert [(x["sourceId"], x["targetId"], x["type"]) for x in r.json()["data"]["data"]] == [(created, existing, "T")]
+    # outside: nothing of it
+    assert ids_of(module_api, label) == {existing, other}
+    assert module_api.record(existing)["n"] == 0
+    assert module_api.get(f"/api/v1/records/{created}").status_code == 404
+
+    r = commit(module_api, tx)
+    assert r.status_code == 200, r.text
+    assert ids_of(module_api, label) == inside
+    assert module_api.record(existing)["n"] == 5
+    rels = module_api.get(f"/api/v1/records/{created}/relationships").json()["data"]["data"]
+    assert [(x["sourceId"], x["targetId"]) for x in rels] == [(created, existing)]
+    # the id is gone once committed
+    assert_rest_error(commit(module_api, tx), 404, "not_found")
+
+
+def test_rollback_discards(module_api):
+    label = unique("TXR")
+    keep = module_api.create(label, {"n": 1})
+    tx = begin(module_api)
+    assert in_tx(module_api, tx, "POST", "/api/v1/records", {"label": label, "data": {"n": 2}}).status_code == 201
+    assert in_tx(module_api, tx, "PUT", f"/api/v1/records/{keep}", {"other": True}).status_code == 201
+    with unchanged(module_api):
+        r = module_api.post(f"/api/v1/tx/{tx}/rollback", {})
+        assert r.status_code == 200, r.text
+    assert ids_of(module_api, label) == {keep}
+    assert module_api.record(keep)["n"] == 1
+    assert_rest_error(module_api.post(f"/api/v1/tx/{tx}/rollback", {}), 404, "not_found")
+
+
+def test_expiry_rolls_back_and_is_remembered(module_api):
+    label = unique("TXE")
+    tx = begin(module_api, ttl=300)
+    assert in_tx(module_api, tx, "POST", "/api/v1/records", {"label": label, "data": {"n": 1}}).status_code == 201
+    time.sleep(0.8)
+    assert_rest_error(commit(module_api, tx), 404, "transaction_expired")
+    assert_rest_error(module_api.get(f"/api/v1/tx/{tx}"), 404, "transaction_expired")
+    assert_rest_error(in_tx(module_api, tx, "POST", "/api/v1/records", {"label": label, "data": {"n": 2}}), 404, "transaction_expired")
+    assert ids_of(module_api, label) == set()
+
+
+def test_unknown_and_malformed_ids(module_api):
+    unknown = "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f"
+    assert_rest_error(module_api.get(f"/api/v1/tx/{unknown}"), 404, "not_found")
+    assert_rest_error(commit(module_api, unknown), 404, "not_found")
+    assert_rest_error(in_tx(module_api, unknown, "POST", "/api/v1/records", {"label": "X", "data": {}}), 404, "not_found")
+    assert_rest_error(module_api.get("/api/v1/tx/nope"), 400, "invalid_argument")
+    assert_rest_error(in_tx(module_api, "nope", "GET", f"/api/v1/records/{unknown}"), 400, "invalid_argument")
+
+
+def test_refused_inside_a_transaction(module_api):
+    label = unique("TXU")
+    rid = module_api.create(label, {"k": 1})
+    tx = begin(module_api, ttl=20000)
+    refused = [
+        ("POST", "/api/v1/records/delete", {"labels": [label]}),
+        ("POST", "/api/v1/relationships/create-many", {"source": {"label": label, "key": "k"}, "target": {"label": label, "key": "k"}}),
+        ("POST", "/api/v1/records", {"label": label, "data": {"k": 1}, "options": {"mergeBy": ["k"]}}),
+        ("POST", "/api/v1/records/import/json", {"label": label, "data": [{"k": 1}], "options": {"mergeBy": []}}),
+        ("POST", "/api/v1/records/search", {"labels": [label], "aggregate": {"c": {"fn": "count"}}}),
+        ("POST", "/api/v1/labels/search", {}),
+    ]
+    with unchanged(module_api):
+        for method, path, body in refused:
+            assert_rest_error(in_tx(module_api, tx, method, path, body), 501, "unsupported", message_contains=["transaction"])
+    r = module_api.get(f"/api/v1/tx/{tx}")
+    assert r.json()["data"]["staged"] == 0
+    assert commit(module_api, tx).status_code == 200
+    assert module_api.record(rid)["k"] == 1
+
+
+def test_staged_write_errors_are_reported_and_not_staged(module_api):
+    tx = begin(module_api, ttl=20000)
+    missing = "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f"
+    assert_rest_error(in_tx(module_api, tx, "PATCH", f"/api/v1/records/{missing}", {"a": 1}), 404, "not_found")
+    assert_rest_error(in_tx(module_api, tx, "POST", "/api/v1/records", {"label": "X", "data": {"__bad": 1}}), 400, "invalid_argument")
+    assert module_api.get(f"/api/v1/tx/{tx}").json()["data"]["staged"] == 0
+    assert commit(module_api, tx).status_code == 200
+
+
+def test_conflict_first_committer_wins(module_api):
+    label = unique("TXC")
+    rid = module_api.create(label, {"balance": 10})
+    a, b = begin(module_api, ttl=20000), begin(module_api, ttl=20000)
+    for tx in (a, b):
+        assert in_tx(module_api, tx, "GET", f"/api/v1/records/{rid}").json()["data"]["balance"] == 10
+    assert in_tx(module_api, a, "PATCH", f"/api/v1/records/{rid}", {"balance": 11}).status_code == 201
+    assert in_tx(module_api, b, "PATCH", f"/api/v1/records/{rid}", {"balance": 12}).status_code == 201
+    assert commit(module_api, a).status_code == 200
+    assert_rest_error(commit(module_api, b), 409, "conflict", message_contains=[rid])
+    assert module_api.record(rid)["balance"] == 11
+    # a plain write after a transaction's read conflicts too
+    c = begin(module_api, ttl=20000)
+    assert in_tx(module_api, c, "GET", f"/api/v1/records/{rid}").status_code == 200
+    assert module_api.patch(f"/api/v1/records/{rid}", {"balance": 20}).status_code == 201
+    assert in_tx(module_api, c, "POST", "/api/v1/records", {"label": label, "data": {"x": 1}}).status_code == 201
+    assert_rest_error(commit(module_api, c), 409, "conflict")
+    assert ids_of(module_api, label) == {rid}
+
+
+def test_long_open_transaction_does_not_block_writers(module_api):
+    label = unique("TXB")
+    rid = module_api.create(label, {"n": 0})
+    tx = begin(module_api, ttl=20000)
+    assert in_tx(module_api, tx, "PATCH", f"/api/v1/records/{rid}", {"n": 1}).status_code == 201
+    for i in range(20):
+        assert module_api.patch(f"/api/v1/records/{rid}", {"n": 100 + i}).status_code == 201
+    assert module_api.record(rid)["n"] == 119
+    assert_rest_error(commit(module_api, tx), 409, "conflict")
+
+
+# ---------------------------------------------------------------------------------------
+# Protocol v1
+# ---------------------------------------------------------------------------------------
+
+
+def tx_op(api, body):
+    return api.protocol({"kind": "transaction", "transaction": body})
+
+
+def test_protocol_begin_stage_commit(module_api):
+    label = unique("TXP")
+    r = tx_op(module_api, {"kind": "begin", "ttlMs": 10000})
+    assert r.status_code == 200, r.text
+    tx = r.json()["response"]["transactionId"]
+    rid = "019a0000-0000-7000-8000-" + unique("")[1:13].ljust(12, "0")
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {"kind": "createRecord", "label": label, "id": rid, "properties": {"a": 1}}})
+    assert r.json()["response"] == {"kind": "transactionStaged"}
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {"kind": "updateRecord", "record": {"id": rid}, "properties": {"b": 2}, "replace": False}})
+    assert r.status_code == 200, r.text
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {"kind": "getRecord", "record": {"id": rid}}})
+    got = r.json()["response"]
+    assert got["kind"] == "transactionGet" and got["record"]["properties"] == {"a": 1, "b": 2}
+    assert module_api.get(f"/api/v1/records/{rid}").status_code == 404
+    r = tx_op(module_api, {"kind": "commit", "transactionId": tx})
+    assert r.json()["response"] == {"kind": "transactionOutcome", "transactionId": tx, "status": "committed", "retryable": False}
+    assert module_api.record(rid)["b"] == 2
+
+
+def test_protocol_commit_reports_conflict_and_expiry_as_outcomes(module_api):
+    label = unique("TXO")
+    rid = module_api.create(label, {"v": 1})
+    tx = tx_op(module_api, {"kind": "begin"}).json()["response"]["transactionId"]
+    tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {"kind": "updateRecord", "record": {"id": rid}, "properties": {"v": 2}}})
+    module_api.patch(f"/api/v1/records/{rid}", {"v": 3})
+    r = tx_op(module_api, {"kind": "commit", "transactionId": tx})
+    assert r.status_code == 200
+    out = r.json()["response"]
+    assert out["status"] == "aborted" and out["retryable"] is True and rid in out["reason"]
+    short = tx_op(module_api, {"kind": "begin", "ttlMs": 200}).json()["response"]["transactionId"]
+    time.sleep(0.6)
+    out = tx_op(module_api, {"kind": "commit", "transactionId": short}).json()["response"]
+    assert out["status"] == "expired"
+    assert_protocol_error(tx_op(module_api, {"kind": "begin", "ttlMs": 60000}), 400, "invalid_argument")
+
+
+def test_protocol_autocommit_commits_at_expiry(module_api):
+    label = unique("TXA")
+    tx = tx_op(module_api, {"kind": "begin", "ttlMs": 300, "autocommit": True}).json()["response"]["transactionId"]
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {"kind": "createRecord", "label": label, "properties": {"a": 1}}})
+    assert r.status_code == 200, r.text
+    assert ids_of(module_api, label) == set()
+    deadline = time.time() + 5
+    while time.time() < deadline and not ids_of(module_api, label):
+        time.sleep(0.1)
+    assert len(ids_of(module_api, label)) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# The SDK in direct mode
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def db(module_engine):
+    return RushDB(DEV_TOKEN, direct=True, engine_url=module_engine.url)
+
+
+def test_sdk_transaction_commit_and_rollback(db, module_api):
+    label = unique("TXS")
+    tx = db.tx.begin(ttl=10000)
+    a = db.records.create(label, {"name": "a"}, transaction=tx)
+    assert a["name"] == "a"
+    b = db.records.create(label, {"name": "b"}, transaction=tx)
+    db.records.attach(a.id, b.id, {"type": "KNOWS"}, transaction=tx)
+    db.records.update(a.id, {"age": 3}, transaction=tx)
+    assert ids_of(module_api, label) == set()
+    tx.commit()
+    assert ids_of(module_api, label) == {a.id, b.id}
+    assert module_api.record(a.id)["age"] == 3
+    rels = module_api.get(f"/api/v1/records/{a.id}/relationships").json()["data"]["data"]
+    assert [(x["targetId"], x["type"]) for x in rels] == [(b.id, "KNOWS")]
+
+    tx2 = db.tx.begin()
+    db.records.create(label, {"name": "c"}, transaction=tx2)
+    db.records.delete_by_id(a.id, transaction=tx2)
+    tx2.rollback()
+    assert ids_of(module_api, label) == {a.id, b.id}
+
+
+def test_sdk_commit_conflict_raises(db, module_api):
+    label = unique("TXSC")
+    rid = module_api.create(label, {"v": 1})
+    tx = db.tx.begin(ttl=10000)
+    db.records.update(rid, {"v": 2}, transaction=tx)
+    module_api.patch(f"/api/v1/records/{rid}", {"v": 5})
+    with pytest.raises(Exception):
+        tx.commit()
+    assert module_api.record(rid)["v"] == 5
+
+
+# ---------------------------------------------------------------------------------------
+# Invariants under concurrency and crashes
+# ---------------------------------------------------------------------------------------
+
+
+def test_bank_transfers_keep_the_sum_and_lose_no_update(engine):
+    api = engine.client()
+    label = unique("ACCT")
+    accounts = [api.create(label, {"balance": 1000, "moves": 0}) for _ in range(100)]
+    committed = [0]
+    lock = threading.Lock()
+    errors = []
+
+    def client(seed):
+        rng = random.Random(seed)
+        s = engine.client().session
+        try:
+            for _ in range(12):
+                while True:
+                    a, b = rng.sample(accounts, 2)
+                    amount = rng.randint(1, 50)
+                    tx = s.post(engine.url + "/api/v1/tx", json={"ttl": 10000}, headers=api.headers()).json()["data"]["id"]
+                    h = api.headers({"X-Transaction-Id": tx})
+                    ra = s.get(f"{engine.url}/api/v1/records/{a}", headers=h).json()["data"]
+                    rb = s.get(f"{engine.url}/api/v1/records/{b}", headers=h).json()["data"]
+                    s.patch(f"{engine.url}/api/v1/records/{a}", json={"balance": ra["balance"] - amount, "moves": ra["moves"] + 1}, headers=h)
+                    s.patch(f"{engine.url}/api/v1/records/{b}", json={"balance": rb["balance"] + amount, "moves": rb["moves"] + 1}, headers=h)
+                    r = s.post(f"{engine.url}/api/v1/tx/{tx}/commit", json={}, headers=api.headers())
+                    if r.status_code == 200:
+                        with lock:
+                            committed[0] += 1
+                        break
+                    assert r.status_code == 409, r.text
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    rows = api.search({"labels": [label], "limit": 1000})["data"]
+    assert sum(r["balance"] for r in rows) == 100 * 1000
+    # every committed transfer touched two accounts exactly once: no lost update
+    assert committed[0] == 32 * 12
+    assert sum(r["moves"] for r in rows) == 2 * committed[0]
+
+
+def test_kill_during_commits_leaves_each_transaction_whole(engine):
+    api = engine.client()
+    label = unique("TXK")
+    acked = []
+    stop = threading.Event()
+
+    def writer(first):
+        s = engine.client().session
+        i = first
+        while not stop.is_set():
+            try:
+                tx = s.post(engine.url + "/api/v1/tx", json={"ttl": 10000}, headers=api.headers(), timeout=5).json()["data"]["id"]
+                h = api.headers({"X-Transaction-Id": tx})
+                for part in range(3):
+                    s.post(engine.url + "/api/v1/records", json={"label": label, "data": {"tx": i, "part": part}}, headers=h, timeout=5)
+                if s.post(f"{engine.url}/api/v1/tx/{tx}/commit", json={}, headers=api.headers(), timeout=5).status_code == 200:
+                    acked.append(i)
+            except Exception:
+                return
+            i += 1
+
+    threads = [threading.Thread(target=writer, args=(n * 1_000_000,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    engine.kill9()
+    stop.set()
+    for t in threads:
+        t.join()
+    engine.start()
+    api = engine.client()
+    rows = api.all_records([label])
+    parts = {}
+    for r in rows:
+        parts.setdefault(r["tx"], []).append(r["part"])
+    assert all(sorted(p) == [0, 1, 2] for p in parts.values()), parts
+    assert acked, "no transaction committed before the kill"
+    assert set(acked) <= set(parts), "an acknowledged commit was lost"

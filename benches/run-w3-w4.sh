@@ -106,9 +106,7 @@ setup_data() {
 machine_info() {
   {
     machine_common
-    echo "python: $("$PY" --version 2>&1)"
-    echo "duckdb: $("$PY" -c 'import duckdb; print(duckdb.__version__)')"
-    echo "psycopg: $("$PY" -c 'import psycopg; print(psycopg.__version__, psycopg.pq.__impl__)')"
+    machine_python duckdb psycopg
     echo "engine: $("$ENGINE_BIN" version 2>/dev/null || true) ($ENGINE_BIN)"
     echo "records=$RECORDS rounds=$ROUNDS reps_selective=$REPS_SELECTIVE reps_other=$REPS_OTHER reps_w4=$REPS_W4 cell_seconds=$CELL_SECONDS warmup=$WARMUP loadgen_cpu=$LOADGEN_CPU load_conc=$LOAD_CONC"
   } >"$RESULTS_DIR/machine.txt"

@@ -20,9 +20,7 @@
 # Environment (defaults in brackets):
 #   CUSTOMERS [100000]    CUSTOMER records
 #   ORDERS [1000000]      ORDER records, each PLACED_BY a customer drawn uniformly
-#   ITEMS [300000]        ITEM records, each CONTAINed in an order drawn uniformly (the engine
-#                         loads ~3,000 records/s over HTTP here: keep the sum of the counts
-#                         within what the load may take)
+#   ITEMS [300000]        ITEM records, each CONTAINed in an order drawn uniformly
 #   CM_RECORDS [100000]   records per side (labels A and B) of the create-many join
 #   ROUNDS [3]            rounds; each runs every set query on every system (order rotating),
 #                         the point-expansion runs (engine and null handler alternating) and
@@ -37,11 +35,14 @@
 #   DURATION [10]         seconds per point-expansion wrk run
 #   CONC [32]             wrk connections for point expansion
 #   EXPAND [expand_rels,expand_records]   point-expansion cells to run
-#   LOAD_CONC [32]        concurrent connections of the engine loader (wrk)
+#   LOAD_BATCH [500]      records per request of the engine load (`engine import`, one
+#                         Protocol v1 `ingest` per batch, one file per label)
+#   LOAD_CONC [4]         requests in flight of the engine load
 #   LINK_CHUNK [100000]   relationships per create-many request when linking the dataset
 #   LB_BUFFER_MB [4096]   LadybugDB buffer pool
-#   LOADGEN_CPU [0]       CPU the clients (wrk, the Python driver's engine and PostgreSQL
-#                         calls) are pinned to; LadybugDB runs in the driver on every CPU
+#   LOADGEN_CPU [0]       CPU the clients (wrk, the engine loader, the Python driver's engine
+#                         and PostgreSQL calls) are pinned to; LadybugDB runs in the driver on
+#                         every CPU
 #   ENGINE_PORT [18381] NULL_PORT [18382] PG_PORT [55435]   loopback ports
 #   ENGINE_BIN, NULL_BIN  use these binaries instead of building (both must be given)
 #   VENV [target/w5-venv] Python venv with ladybug and psycopg[binary] from PyPI (made if missing)
@@ -50,9 +51,9 @@
 #   KEEP_DATA [0]         1 keeps BENCH_DIR after the run
 #   ONLY []               comma-separated set queries to measure (default: all)
 #
-# Placement: wrk and the driver's engine/PostgreSQL client thread are pinned to LOADGEN_CPU;
-# the engine, the null handler and PostgreSQL are not pinned; LadybugDB, being in-process, runs
-# its queries on the driver's threads with every CPU allowed.
+# Placement: wrk, the engine loader and the driver's engine/PostgreSQL client thread are pinned
+# to LOADGEN_CPU; the engine, the null handler and PostgreSQL are not pinned; LadybugDB, being
+# in-process, runs its queries on the driver's threads with every CPU allowed.
 # Needs root for apt-get and for running PostgreSQL as the `postgres` user.
 set -euo pipefail
 
@@ -73,7 +74,8 @@ WARMUP=${WARMUP:-2}
 DURATION=${DURATION:-10}
 CONC=${CONC:-32}
 EXPAND=${EXPAND:-expand_rels,expand_records}
-LOAD_CONC=${LOAD_CONC:-32}
+LOAD_BATCH=${LOAD_BATCH:-500}
+LOAD_CONC=${LOAD_CONC:-4}
 LINK_CHUNK=${LINK_CHUNK:-100000}
 LB_BUFFER_MB=${LB_BUFFER_MB:-4096}
 LOADGEN_CPU=${LOADGEN_CPU:-0}
@@ -106,9 +108,20 @@ setup_data() {
     --cm-records "$CM_RECORDS" >&2
   cp "$data/dataset.json" "$RESULTS_DIR/"
 
-  log "engine: loading $(wc -l <"$data/rows.jsonl") records over HTTP (wrk -t1 -c$LOAD_CONC, one POST per row)"
-  load_rows "$data/rows.jsonl" "$RESULTS_DIR/engine-load.txt"
-  ENGINE_LOAD_S=$LOAD_S
+  log "engine: loading $((CUSTOMERS + ORDERS + ITEMS + 2 * CM_RECORDS)) records with \`engine import\`" \
+      "(ingest, $LOAD_BATCH documents per request, $LOAD_CONC in flight)"
+  local label n loaded=0 secs=0
+  : >"$RESULTS_DIR/engine-load.txt"
+  for label in CUSTOMER ORDER ITEM A B; do
+    n=$(wc -l <"$data/engine-$label.jsonl")
+    [ "$n" -gt 0 ] || continue
+    engine_import "$label" "$data/engine-$label.jsonl" "$RESULTS_DIR/engine-load.txt" "$LOAD_BATCH" "$LOAD_CONC"
+    [ "$IMPORT_RECORDS" = "$n" ] || die "engine import of $label wrote $IMPORT_RECORDS records, expected $n"
+    loaded=$((loaded + n))
+    secs=$(awk -v a="$secs" -v b="$IMPORT_S" 'BEGIN {printf "%.3f", a + b}')
+  done
+  ENGINE_LOAD_S=$(python3 -c "print(f'{$secs:.1f}')")
+  log "engine: $loaded records in $ENGINE_LOAD_S s ($(python3 -c "print(f'{$loaded/$secs:,.0f}')") records/s)"
   log "engine: checking the counts, linking by key (create-many), reading the customers' ids"
   t0=$(date +%s.%N)
   "$PY" "$W5/w5.py" link-engine --dir "$data" --port "$ENGINE_PORT" --token "$TOKEN" --results "$RESULTS_DIR" \
@@ -120,7 +133,7 @@ setup_data() {
   log "LadybugDB: COPY FROM CSV"
   "$PY" "$W5/w5.py" load-lb --dir "$data" --db "$BENCH_DIR/ladybug" --results "$RESULTS_DIR" \
     --lb-buffer-mb "$LB_BUFFER_MB" >&2
-  rm -f "$data"/pg-*.tsv "$data"/lb-*.csv
+  rm -f "$data"/pg-*.tsv "$data"/lb-*.csv "$data"/engine-*.jsonl
 
   pg_settings_file "$RESULTS_DIR/postgres-settings.txt"
   {
@@ -135,13 +148,11 @@ setup_data() {
 machine_info() {
   {
     machine_common
-    echo "python: $("$PY" --version 2>&1)"
-    echo "ladybug: $("$PY" -c 'import ladybug; print(ladybug.__version__)')"
-    echo "psycopg: $("$PY" -c 'import psycopg; print(psycopg.__version__, psycopg.pq.__impl__)')"
+    machine_python ladybug psycopg
     echo "engine: $("$ENGINE_BIN" version 2>/dev/null || true) ($ENGINE_BIN)"
     echo "customers=$CUSTOMERS orders=$ORDERS items=$ITEMS cm_records=$CM_RECORDS rounds=$ROUNDS reps=$REPS" \
          "reps_rtt=$REPS_RTT settle=$SETTLE cell_seconds=$CELL_SECONDS warmup=$WARMUP duration=$DURATION conc=$CONC loadgen_cpu=$LOADGEN_CPU" \
-         "load_conc=$LOAD_CONC link_chunk=$LINK_CHUNK lb_buffer_mb=$LB_BUFFER_MB"
+         "load_batch=$LOAD_BATCH load_conc=$LOAD_CONC link_chunk=$LINK_CHUNK lb_buffer_mb=$LB_BUFFER_MB"
   } >"$RESULTS_DIR/machine.txt"
 }
 

@@ -1,6 +1,6 @@
-"""Helpers shared by the benchmark drivers (benches/w3w4/w3w4.py, benches/w5/w5.py); standard
-library only: a keep-alive HTTP client for the engine, percentiles, CPU pinning, and the
-whole-machine CPU split over an interval."""
+"""Helpers shared by the benchmark drivers (benches/w3w4/w3w4.py, benches/w5/w5.py,
+benches/w1a/w1a.py); standard library only: a keep-alive HTTP client for the engine, disk usage,
+percentiles, CPU pinning, and the whole-machine CPU split over an interval."""
 import http.client
 import json
 import os
@@ -44,6 +44,14 @@ class Engine:
 
     def get(self, path, ok=(200,)):
         return self.request("GET", path, None, ok)
+
+
+def disk_bytes(path):
+    """Bytes a file or directory tree takes on disk (allocated blocks, as `du`): preallocated
+    and sparse files count what they use."""
+    if os.path.isfile(path):
+        return os.stat(path).st_blocks * 512
+    return sum(os.stat(os.path.join(r, f)).st_blocks * 512 for r, _, fs in os.walk(path) for f in fs)
 
 
 def pct(sorted_vals, p):

@@ -1,8 +1,10 @@
 # Helpers shared by the benchmark scripts (sourced, not run): logging, installing what is
 # missing, building (or taking) the release binaries, the machine description common to every
-# report, and loading a rows file into the engine with wrk.
+# report, and loading data into the engine (a rows file with wrk, or a JSON Lines file with the
+# `engine import` loader).
 # Expects: PGBIN; build_release needs repo; load_rows needs TOKEN, ENGINE_PORT, LOADGEN_CPU,
-# LOAD_CONC, RESULTS_DIR; machine_common needs BENCH_DIR, ENGINE_BIN.
+# LOAD_CONC, RESULTS_DIR; engine_import needs ENGINE_BIN, TOKEN, ENGINE_PORT, LOADGEN_CPU;
+# machine_common needs BENCH_DIR, ENGINE_BIN.
 _lib=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -84,6 +86,20 @@ for line in sys.stdin:
   log "$(for spec in "$@"; do var=${spec%%=*}; printf '%s=%s ' "$var" "${!var}"; done)"
 }
 
+# machine_python MODULE...: machine.txt lines for the venv's Python (PY) and each MODULE's
+# version (psycopg with its implementation), on stdout.
+machine_python() {
+  local m
+  echo "python: $("$PY" --version 2>&1)"
+  for m in "$@"; do
+    if [ "$m" = psycopg ]; then
+      echo "psycopg: $("$PY" -c 'import psycopg; print(psycopg.__version__, psycopg.pq.__impl__)')"
+    else
+      echo "$m: $("$PY" -c "import $m; print($m.__version__)")"
+    fi
+  done
+}
+
 # machine_common: the lines of machine.txt every benchmark writes (stdout).
 machine_common() {
   echo "date: $(date -Is)"
@@ -114,4 +130,23 @@ load_rows() {
   LOAD_S=$(python3 -c "print(f'{$t1-$t0-2:.1f}')")
   LOAD_CREATED=$(grep -o 'created=[0-9]*' "$out" | cut -d= -f2)
   log "engine: created $LOAD_CREATED of $n rows in $LOAD_S s ($(python3 -c "print(f'{$LOAD_CREATED/($t1-$t0-2):,.0f}')")/s)"
+}
+
+# engine_import LABEL FILE OUT BATCH CONC: loads FILE (JSON Lines, one document a line) into
+# the engine as LABEL with the `engine import` loader (Protocol v1 `ingest` of BATCH documents
+# per request, CONC requests in flight, pinned to LOADGEN_CPU); the loader's output is appended
+# to OUT. Sets IMPORT_S (wall-clock seconds around the loader), IMPORT_RECORDS and IMPORT_RELS
+# (records and relationships written, from its summary line).
+engine_import() {
+  local label=$1 file=$2 out=$3 batch=$4 conc=$5 t0 t1 line
+  t0=$(date +%s.%N)
+  taskset -c "$LOADGEN_CPU" "$ENGINE_BIN" import --label "$label" "$file" --url "http://127.0.0.1:$ENGINE_PORT" \
+    --token "$TOKEN" --batch-size "$batch" --concurrency "$conc" --quiet >>"$out" 2>&1 \
+    || die "engine import of $file failed (see $out)"
+  t1=$(date +%s.%N)
+  line=$(grep '^imported ' "$out" | tail -n1)
+  [[ $line =~ \ as\ ([0-9]+)\ record\(s\)\ and\ ([0-9]+)\ relationship ]] \
+    || die "engine import: no summary line in $out"
+  IMPORT_RECORDS=${BASH_REMATCH[1]} IMPORT_RELS=${BASH_REMATCH[2]}
+  IMPORT_S=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')
 }

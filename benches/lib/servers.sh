@@ -9,9 +9,7 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 cleanup() {
   local rc=$?
   set +e
-  if [ -n "$ENGINE_PID" ] && kill -0 "$ENGINE_PID" 2>/dev/null; then
-    kill -TERM "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null
-  fi
+  stop_engine
   if [ -n "$NULL_PID" ] && kill -0 "$NULL_PID" 2>/dev/null; then
     kill -TERM "$NULL_PID"; wait "$NULL_PID" 2>/dev/null
   fi
@@ -41,14 +39,14 @@ make_bench_dir() {
   TOKEN=bench-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
 }
 
-# engine_epilogue: the engine's /metrics into RESULTS_DIR, and a warning when its log has
-# error or warning lines.
+# engine_epilogue: the running engine's /metrics into RESULTS_DIR, and a warning when its logs
+# (RESULTS_DIR/engine*.log) have error or warning lines.
 engine_epilogue() {
   local warn
   curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$ENGINE_PORT/metrics" \
     >"$RESULTS_DIR/engine-metrics.txt" 2>/dev/null || true
-  warn=$(grep -ciE 'error|warn|panic' "$RESULTS_DIR/engine.log" || true)
-  [ "$warn" = 0 ] || log "engine log has $warn error/warning lines: $RESULTS_DIR/engine.log"
+  warn=$(cat "$RESULTS_DIR"/engine*.log | grep -ciE 'error|warn|panic' || true)
+  [ "$warn" = 0 ] || log "engine logs have $warn error/warning lines: $RESULTS_DIR/engine*.log"
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -63,13 +61,25 @@ wait_listening() { # FILE PID WHAT
   die "$3 did not report listening within 30 s"
 }
 
+# start_engine [DATA_DIR [NAME]]: the engine on 127.0.0.1:ENGINE_PORT with DATA_DIR (default
+# BENCH_DIR/engine), its output in RESULTS_DIR/NAME.stdout and NAME.log (NAME default `engine`).
 start_engine() {
+  local dir=${1:-$BENCH_DIR/engine} name=${2:-engine}
   port_in_use "$ENGINE_PORT" && die "port $ENGINE_PORT is in use (set ENGINE_PORT)"
-  "$ENGINE_BIN" serve --data-dir "$BENCH_DIR/engine" --http-addr "127.0.0.1:$ENGINE_PORT" \
-    --token "$TOKEN" >"$RESULTS_DIR/engine.stdout" 2>"$RESULTS_DIR/engine.log" &
+  "$ENGINE_BIN" serve --data-dir "$dir" --http-addr "127.0.0.1:$ENGINE_PORT" \
+    --token "$TOKEN" >"$RESULTS_DIR/$name.stdout" 2>"$RESULTS_DIR/$name.log" &
   ENGINE_PID=$!
-  wait_listening "$RESULTS_DIR/engine.stdout" "$ENGINE_PID" engine
-  log "engine listening on 127.0.0.1:$ENGINE_PORT (pid $ENGINE_PID)"
+  wait_listening "$RESULTS_DIR/$name.stdout" "$ENGINE_PID" engine
+  log "engine listening on 127.0.0.1:$ENGINE_PORT (pid $ENGINE_PID, data $dir)"
+}
+
+# stop_engine: stops the engine start_engine started (SIGTERM, then waits for it to exit).
+stop_engine() {
+  if [ -n "$ENGINE_PID" ] && kill -0 "$ENGINE_PID" 2>/dev/null; then
+    kill -TERM "$ENGINE_PID"; wait "$ENGINE_PID" 2>/dev/null
+  fi
+  ENGINE_PID=
+  return 0
 }
 
 start_null() {
@@ -102,7 +112,7 @@ start_postgres() {
 
 # pg_settings_file FILE: the PostgreSQL settings that shape query plans, read back.
 pg_settings_file() {
-  psql_bench -At -c "SELECT name || '=' || setting || coalesce(unit, '') FROM pg_settings WHERE name IN
+  psql_bench -At -c "SELECT name || '=' || current_setting(name) FROM pg_settings WHERE name IN
     ('server_version','shared_buffers','work_mem','effective_cache_size','max_parallel_workers_per_gather',
      'max_parallel_workers','jit','jit_above_cost','random_page_cost','plan_cache_mode',
      'default_statistics_target','maintenance_work_mem','lc_collate') ORDER BY name" >"$1"

@@ -217,7 +217,8 @@ def load_table(d):
     out = []
     el = load(d, "engine-load.json")
     if "engine_load_seconds" in sizes:
-        out.append(("engine", "records over HTTP (wrk, one POST per record)", f"{sizes['engine_load_seconds']} s",
+        out.append(("engine", "records with `engine import` (Protocol v1 `ingest`, one file per label)",
+                    f"{sizes['engine_load_seconds']} s",
                     mb("engine_data_dir_bytes")))
     if el:
         for l in el.get("links", []):

@@ -3,11 +3,12 @@
 benches/run-w5.sh. Runs in the benchmark's venv (ladybug, psycopg).
 
   w5.py gen         --dir D --customers C --orders O --items I --cm-records N
-                    rows.jsonl (engine POST bodies), PostgreSQL COPY files, LadybugDB CSV
-                    files and dataset.json
+                    engine-LABEL.jsonl (one file per label, one record's properties a line,
+                    for `engine import`), PostgreSQL COPY files, LadybugDB CSV files and
+                    dataset.json
   w5.py link-engine --dir D --port P --token T --results R [--link-chunk K]
-                    checks the engine holds every row (re-creates any the loader lost), links
-                    orders to customers and items to orders by key (create-many), checks the
+                    checks the engine holds every record (label counts), links orders to
+                    customers and items to orders by key (create-many), checks the
                     relationship counts, writes the customers' engine ids (customer-ids.txt)
   w5.py load-pg     --dir D --dsn DSN --results R      tables, COPY, indexes, VACUUM ANALYZE
   w5.py load-lb     --dir D --db PATH --results R      node and rel tables, COPY FROM CSV
@@ -41,7 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, ".."))
-from benchlib import Engine, cell_stats, cpu_split, pin, run_cell  # noqa: E402
+from benchlib import Engine, cell_stats, cpu_split, disk_bytes, pin, run_cell  # noqa: E402
 
 SEED = 20261205
 COUNTRIES = ["DE", "FR", "GB", "IT", "ES", "NL", "BE", "AT", "CH", "PL", "SE", "NO", "DK", "FI",
@@ -87,8 +88,8 @@ def gen(args):
     d0 = dt.date(2019, 1, 1)
     orders_of = [0] * (C + 1)
     js = lambda o: json.dumps(o, separators=(",", ":"))  # noqa: E731
-    with open(os.path.join(d, "rows.jsonl"), "w") as rows, \
-            open(os.path.join(d, "pg-records.tsv"), "w") as pgr, \
+    engine_files = {label: open(os.path.join(d, f"engine-{label}.jsonl"), "w") for label in KEYS}
+    with open(os.path.join(d, "pg-records.tsv"), "w") as pgr, \
             open(os.path.join(d, "pg-edges.tsv"), "w") as pge, \
             open(os.path.join(d, "lb-customer.csv"), "w") as lc, \
             open(os.path.join(d, "lb-order.csv"), "w") as lo, \
@@ -99,7 +100,7 @@ def gen(args):
             open(os.path.join(d, "lb-b.csv"), "w") as lbb:
 
         def emit(label, data):
-            rows.write(js({"label": label, "data": data}) + "\n")
+            engine_files[label].write(js(data) + "\n")
             pgr.write(f"{off[label] + data[KEYS[label]]}\t{label}\t{js(data)}\n")
 
         for cid in range(1, C + 1):
@@ -135,6 +136,8 @@ def gen(args):
         for j in range(1, N + 1):
             emit("B", {"bId": j, "k": perm[j - 1]})
             lbb.write(f"{j},{perm[j - 1]}\n")
+    for f in engine_files.values():
+        f.close()
     meta = {"seed": SEED, "customers": C, "orders": O, "items": I, "cm_records": N, "pg_offsets": off,
             "q": Q, "countries": COUNTRIES, "categories": CATEGORIES, "statuses": [s for s, _ in STATUSES],
             "tiers": [t for t, _ in TIERS], "cm_type": CM_TYPE,
@@ -165,29 +168,10 @@ def link_engine(args):
     e = Engine(args.port, args.token)
     want = {"CUSTOMER": meta["customers"], "ORDER": meta["orders"], "ITEM": meta["items"],
             "A": meta["cm_records"], "B": meta["cm_records"]}
-    info = {"recreated_after_load": {}}
+    info = {}
     counts = e.post("/api/v1/labels/search", {})["data"]
     if any(counts.get(l, 0) != n for l, n in want.items()):
-        # A row the wrk loader did not get created (see load_rows.lua) is created now.
-        short = {l for l, n in want.items() if counts.get(l, 0) != n}
-        rows = {}
-        for line in open(os.path.join(args.dir, "rows.jsonl")):
-            r = json.loads(line)
-            if r["label"] in short:
-                rows[(r["label"], r["data"][KEYS[r["label"]]])] = line.encode()
-        for label, n in want.items():
-            if counts.get(label, 0) == n:
-                continue
-            have = scan_keys(e, label, KEYS[label], n)
-            missing = [k for k in range(1, n + 1) if k not in have]
-            if len(missing) > max(64, n // 1000) or len(have) + len(missing) != n:
-                raise SystemExit(f"{label}: engine holds {counts.get(label, 0)} records, {len(missing)} of {n} missing")
-            for k in missing:
-                e.post("/api/v1/records", rows[(label, k)], ok=(201,))
-            info["recreated_after_load"][label] = missing
-        counts = e.post("/api/v1/labels/search", {})["data"]
-        if any(counts.get(l, 0) != n for l, n in want.items()):
-            raise SystemExit(f"engine label counts {counts} != {want} after re-creating")
+        raise SystemExit(f"engine label counts {counts} != {want} after the load")
     info["label_counts"] = counts
 
     # Customer ids, for point expansion (wrk rotates over them).
@@ -328,17 +312,11 @@ def load_lb(args):
     for r in ("PLACED_BY", "CONTAINS"):
         counts[r] = c.execute(f"MATCH ()-[r:{r}]->() RETURN count(*)").get_next()[0]
     info = {"counts": counts, "steps": steps, "load_s": round(time.time() - t0, 1), "version": ladybug.__version__,
-            "buffer_pool_mb": args.lb_buffer_mb, "db_bytes": du(args.db)}
+            "buffer_pool_mb": args.lb_buffer_mb, "db_bytes": disk_bytes(args.db)}
     c.close()
     db.close()
     json.dump(info, open(os.path.join(args.results, "ladybug-load.json"), "w"), indent=1)
     print(f"LadybugDB {info['version']}: {counts} in {info['load_s']} s", file=sys.stderr)
-
-
-def du(path):
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
 
 
 # ---------------------------------------------------------------- queries

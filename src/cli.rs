@@ -16,8 +16,36 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Load a JSON, JSON Lines or CSV file into a running server, in batches.
     Import(Box<ImportArgs>),
+    /// Capability tokens (the operator's control-plane helper).
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Print the engine, protocol and storage format versions.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a capability token signed with the secret (hex) found in an environment variable.
+    Mint(MintArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MintArgs {
+    /// Environment variable holding the hex secret (never a flag, so it stays out of shell history).
+    #[arg(long, default_value = "SERVICE_CAPABILITY_SECRET")]
+    pub secret_env: String,
+    /// The one tenant the token may use (required for a multitenant engine, absent otherwise).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Space-separated permissions: read, write, *.
+    #[arg(long)]
+    pub scope: String,
+    /// Lifetime in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub ttl: u64,
+    /// Subject (informational).
+    #[arg(long)]
+    pub sub: Option<String>,
 }
 
 /// `engine import --label L FILE`: see docs/operations.md ("Bulk loading").

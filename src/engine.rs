@@ -53,6 +53,20 @@ pub struct Envelope {
 pub enum Principal {
     /// The bootstrap token: every operation on every tenant.
     Operator,
+    /// A verified capability token: its scopes, on its one tenant (or the single keyspace).
+    Capability(crate::auth::Claims),
+}
+
+impl Principal {
+    /// Whether this principal holds `permission` (SPEC.md "Permissions").
+    pub fn allows(&self, permission: Permission) -> bool {
+        match (self, permission) {
+            (Principal::Operator, _) => true,
+            (Principal::Capability(_), Permission::Operator) => false,
+            (Principal::Capability(c), Permission::Read) => c.scopes.read,
+            (Principal::Capability(c), Permission::Write) => c.scopes.write,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -177,19 +191,75 @@ impl Engine {
         if bool::from(digest(token).ct_eq(&self.bootstrap_digest)) {
             return Ok(Principal::Operator);
         }
-        let _ = &self.config.capability_secret;
-        Err(Error::new(ErrorCode::Unauthenticated, "invalid credential"))
+        let invalid = || Error::new(ErrorCode::Unauthenticated, "invalid credential");
+        let Some(secret) = &self.config.capability_secret else {
+            return Err(invalid());
+        };
+        let claims = crate::auth::verify(secret, token, crate::auth::now()).map_err(|why| {
+            Error::new(
+                ErrorCode::Unauthenticated,
+                format!("invalid capability token: {why}"),
+            )
+        })?;
+        // A tenant claim is required on a multitenant engine and refused on a single-tenant one.
+        match (self.multitenant(), &claims.tenant) {
+            (true, None) => Err(Error::new(
+                ErrorCode::Unauthenticated,
+                "invalid capability token: a multitenant engine needs a tenant claim",
+            )),
+            (false, Some(_)) => Err(Error::new(
+                ErrorCode::Unauthenticated,
+                "invalid capability token: a single-tenant engine takes no tenant claim",
+            )),
+            _ => Ok(Principal::Capability(claims)),
+        }
+    }
+
+    /// A request whose body cannot be parsed needs `write` (SPEC.md "Permissions"): a
+    /// principal without it gets 403, not a parse error.
+    pub fn authorize_unparseable(&self, credential: Option<&str>) -> Result<()> {
+        self.authorize(&self.authenticate(credential)?, Permission::Write)
     }
 
     /// `GET /metrics`: `read` permission (SPEC.md); the bootstrap token on a multitenant
     /// engine, since its figures span tenants (BEHAVIOUR.md §7).
     pub fn authorize_metrics(&self, credential: Option<&str>) -> Result<()> {
-        self.authenticate(credential).map(|_| ())
+        match self.authenticate(credential)? {
+            Principal::Capability(_) if self.multitenant() => Err(Error::new(
+                ErrorCode::PermissionDenied,
+                "GET /metrics on a multitenant engine needs the bootstrap token (its figures span tenants)",
+            )),
+            p => self.authorize(&p, Permission::Read),
+        }
     }
 
     fn authorize(&self, principal: &Principal, permission: Permission) -> Result<()> {
-        match (principal, permission) {
-            (Principal::Operator, _) => Ok(()),
+        if principal.allows(permission) {
+            return Ok(());
+        }
+        let what = match permission {
+            Permission::Read => "the read permission",
+            Permission::Write => "the write permission",
+            Permission::Operator => "the bootstrap token",
+        };
+        Err(Error::new(
+            ErrorCode::PermissionDenied,
+            format!("this operation needs {what}"),
+        ))
+    }
+
+    /// A capability token is bound to its tenant: another tenant is a 401 (SPEC.md "Errors").
+    fn check_binding(&self, principal: &Principal, tenant: &Tenant) -> Result<()> {
+        match (principal, tenant) {
+            (Principal::Capability(c), Tenant::Named(name))
+                if c.tenant.as_deref() != Some(name.as_str()) =>
+            {
+                Err(Error::new(
+                    ErrorCode::Unauthenticated,
+                    "this capability token is bound to another tenant",
+                ))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -238,6 +308,7 @@ impl Engine {
             return Ok(Outcome::BuildInfo(self.build_info()));
         }
         let tenant = self.tenant(&env)?;
+        self.check_binding(&principal, &tenant)?;
         if let Some(tx) = &env.transaction {
             return self.in_transaction(tenant, tx, env.operation).await;
         }

@@ -1,6 +1,26 @@
 use clap::Parser;
 use engine::cli::{Cli, Command};
 
+fn mint(m: &engine::cli::MintArgs) -> Result<String, String> {
+    let hex = std::env::var(&m.secret_env)
+        .map_err(|_| format!("environment variable {} is not set", m.secret_env))?;
+    let secret = engine::auth::decode_hex(&hex)
+        .ok_or_else(|| format!("{} must hold an even-length hex string", m.secret_env))?;
+    engine::auth::parse_scopes(&m.scope).map_err(|e| format!("--scope: {e}"))?;
+    if m.ttl == 0 {
+        return Err("--ttl must be at least 1 second".into());
+    }
+    let now = engine::auth::now();
+    let mut claims = serde_json::json!({"scope": m.scope, "iat": now, "exp": now + m.ttl as i64});
+    if let Some(s) = &m.sub {
+        claims["sub"] = serde_json::json!(s);
+    }
+    if let Some(t) = &m.tenant {
+        claims["tenant"] = serde_json::json!(t);
+    }
+    Ok(engine::auth::mint(&secret, &claims))
+}
+
 fn main() {
     let cli = Cli::parse();
     match cli.command {
@@ -11,6 +31,19 @@ fn main() {
                 engine::protocol::PROTOCOL_VERSION,
                 engine::store::STORAGE_FORMAT_VERSION
             );
+        }
+        Command::Token(engine::cli::TokenCommand::Mint(m)) => {
+            let code = match mint(&m) {
+                Ok(token) => {
+                    println!("{token}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    2
+                }
+            };
+            std::process::exit(code);
         }
         Command::Import(args) => {
             let code = match tokio::runtime::Builder::new_multi_thread()

@@ -26,17 +26,6 @@ pub struct ServerConfig {
     pub capability_secret: Option<Vec<u8>>,
 }
 
-fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim();
-    if s.is_empty() || s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// Applies defaults < file < environment < flags (clap has already merged env under flags).
 pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
     let mut file = match &args.config {
@@ -70,7 +59,8 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
     file.validate()?;
     let capability_secret = match args.capability_secret {
         Some(hex) => Some(
-            decode_hex(&hex).ok_or("the capability secret must be an even-length hex string")?,
+            crate::auth::decode_hex(&hex)
+                .ok_or("the capability secret must be an even-length hex string")?,
         ),
         None => None,
     };

@@ -334,12 +334,24 @@ async fn metrics(state: &HttpState, headers: &HeaderMap) -> HttpResponse {
     }
 }
 
+/// SPEC.md: a request whose body cannot be parsed requires `write`; without it the answer is
+/// 403, not the parse error.
+pub(crate) fn unparseable(state: &HttpState, meta: &RequestMeta, e: Error) -> Error {
+    match state
+        .engine
+        .authorize_unparseable(meta.credential.as_deref())
+    {
+        Err(denied) => denied,
+        Ok(()) => e,
+    }
+}
+
 async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpResponse {
     let meta = RequestMeta::from_headers(req.headers());
     let result = async {
         // The credential is checked before the body is read or parsed.
         state.engine.authenticate(meta.credential.as_deref())?;
-        let body = parse_json(req.body(), &state.limits)?;
+        let body = parse_json(req.body(), &state.limits).map_err(|e| unparseable(state, &meta, e))?;
         if let Some(v) = body.get("protocolVersion") {
             if v.as_i64() != Some(PROTOCOL_VERSION) {
                 return Err(Error::invalid(format!(
@@ -347,7 +359,8 @@ async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpRespons
                 )));
             }
         }
-        let env: RequestEnvelope = protocol::decode(body, "body")?;
+        let env: RequestEnvelope =
+            protocol::decode(body, "body").map_err(|e| unparseable(state, &meta, e))?;
         let scope = env.context.and_then(|c| c.scope);
         let outcome = state.engine.execute(meta.envelope(Transport::Protocol, scope, env.operation)).await?;
         Ok(bytes_response(200, render::success_bytes(&outcome)))

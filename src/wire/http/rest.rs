@@ -192,13 +192,29 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     let path = req.uri().path().trim_end_matches('/').to_string();
     let segs: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
     // The credential is checked before any body is read or parsed.
-    if let Err(e) = state.engine.authenticate(meta.credential.as_deref()) {
-        let template = if later_route(&method, &segs).is_some() {
-            "/api/v1/later"
-        } else {
-            "/api/v1"
-        };
-        return (template, rest_error(&e));
+    let principal = match state.engine.authenticate(meta.credential.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            let template = if later_route(&method, &segs).is_some() {
+                "/api/v1/later"
+            } else {
+                "/api/v1"
+            };
+            return (template, rest_error(&e));
+        }
+    };
+    // A body that is not JSON at all needs `write` (SPEC.md "Permissions").
+    let body = req.body();
+    if !principal.allows(crate::protocol::Permission::Write)
+        && !body.iter().all(u8::is_ascii_whitespace)
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
+    {
+        if let Err(e) = state
+            .engine
+            .authorize_unparseable(meta.credential.as_deref())
+        {
+            return ("/api/v1", rest_error(&e));
+        }
     }
     let (template, result) = match (&method, segs.as_slice()) {
         (&Method::POST, ["records"]) => ("/api/v1/records", create(state, &meta, req).await),

@@ -17,6 +17,9 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
+/// Keys deleted per write batch when reclaiming a purged tenant.
+pub const RECLAIM_CHUNK: usize = 10_000;
+
 /// Longest tenant string (SPEC.md "Tenant").
 pub const MAX_TENANT_BYTES: usize = 1024;
 
@@ -112,6 +115,11 @@ pub enum Outcome {
     Csv {
         content: String,
         count: u64,
+    },
+    Purged {
+        tenant: String,
+        records: u64,
+        relationships: u64,
     },
     TransactionBegun {
         id: uuid::Uuid,
@@ -360,12 +368,95 @@ impl Engine {
                 self.link_many(tenant, c.command, true).await
             }
             Operation::Ingest(i) => self.ingest(tenant, i, sink).await,
+            Operation::PurgeTenant(p) => self.purge_tenant(tenant, p).await,
             Operation::Query(QueryOp::ExportCsv(q)) => self.export_csv(&tenant, &q.query).await,
             Operation::Query(QueryOp::Relationships(q)) => {
                 self.find_relationships(&tenant, q.query).await
             }
             other => Err(Error::unsupported(other.name())),
         }
+    }
+
+    /// `purgeTenant`: the envelope's own tenant becomes invisible in one small write; its keys
+    /// are reclaimed in the background in chunks, interleaved with other tenants' writes.
+    async fn purge_tenant(
+        &self,
+        tenant: Tenant,
+        p: crate::protocol::PurgeTenantOp,
+    ) -> Result<Outcome> {
+        let Tenant::Named(name) = &tenant else {
+            return Err(Error::invalid(
+                "purgeTenant needs a multitenant engine (a single-tenant engine has no tenant to purge)",
+            ));
+        };
+        if &p.confirm != name {
+            return Err(Error::invalid(
+                "purgeTenant.confirm must repeat the envelope's own tenant",
+            ));
+        }
+        let Some(t) = self.store.tenant_id(&tenant) else {
+            return Ok(Outcome::Purged {
+                tenant: name.clone(),
+                records: 0,
+                relationships: 0,
+            });
+        };
+        let snap = self.store.snapshot()?;
+        let records = crate::store::records::label_counts(&snap, t)?
+            .iter()
+            .map(|c| c.1)
+            .sum();
+        let relationships = crate::store::relationships::rel_counts(&snap, t)?
+            .iter()
+            .map(|c| c.3)
+            .sum();
+        drop(snap);
+        self.store
+            .write(
+                tenant.clone(),
+                vec![crate::store::records::WriteOp::PurgeTenant],
+            )
+            .await?;
+        self.reclaim(t);
+        Ok(Outcome::Purged {
+            tenant: name.clone(),
+            records,
+            relationships,
+        })
+    }
+
+    /// Deletes a purged tenant's keys, [`RECLAIM_CHUNK`] per write batch, in the background.
+    pub fn reclaim(&self, id: u64) {
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            loop {
+                let op = crate::store::records::WriteOp::Reclaim { max: RECLAIM_CHUNK };
+                match store.write(Tenant::Purged(id), vec![op]).await {
+                    Ok(out) => {
+                        if matches!(out.first(), Some(crate::store::records::WriteOutcome::Affected(n)) if (*n as usize) < RECLAIM_CHUNK)
+                        {
+                            crate::log::info(&format!("reclaimed the keys of purged tenant {id}"));
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        crate::log::warn(&format!(
+                            "reclaiming purged tenant {id} stopped: {}; it resumes at the next start",
+                            e.message
+                        ));
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Resumes the reclamation of tenants purged before a restart.
+    pub fn resume_reclaims(&self) -> Result<()> {
+        for id in self.store.purging()? {
+            self.reclaim(id);
+        }
+        Ok(())
     }
 
     /// Commits `ops` (one durable batch) or stages them into the transaction.

@@ -128,6 +128,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
             capability_secret: cfg.capability_secret.clone(),
         },
     ));
+    engine.resume_reclaims().map_err(|e| e.message)?;
     crate::query::filter::set_max_hops(cfg.file.limits.max_hops);
     let state = Arc::new(HttpState {
         engine: engine.clone(),

@@ -68,6 +68,9 @@ pub enum Tenant {
     /// The one keyspace of a single-tenant store (tenant 0).
     Single,
     Named(String),
+    /// A purged tenant's keyspace by id, for its background reclamation only (no request
+    /// ever names a tenant this way; the name no longer resolves to it).
+    Purged(u64),
 }
 
 struct WriteRequest {
@@ -78,8 +81,11 @@ struct WriteRequest {
 
 type TenantCache = Arc<RwLock<HashMap<String, u64>>>;
 
-/// A tenant a batch created: its name and id, for the cache once the group commits.
-type CreatedTenant = (String, u64);
+/// How a committed batch changed the tenant directory.
+enum TenantChange {
+    Created(String, u64),
+    Dropped(String),
+}
 
 pub struct Store {
     db: Arc<redb::Database>,
@@ -234,6 +240,7 @@ impl Store {
     pub fn tenant_id(&self, tenant: &Tenant) -> Option<u64> {
         match tenant {
             Tenant::Single => Some(keys::SINGLE_TENANT),
+            Tenant::Purged(_) => None,
             Tenant::Named(name) => self.tenants.read().ok()?.get(name).copied(),
         }
     }
@@ -243,6 +250,23 @@ impl Store {
             TenancyMode::Single => 1,
             TenancyMode::Multi => self.tenants.read().map(|t| t.len()).unwrap_or(0),
         }
+    }
+
+    /// Purged tenants whose keys are not fully reclaimed yet (resumed at startup).
+    pub fn purging(&self) -> Result<Vec<u64>> {
+        let snap = self.snapshot()?;
+        let prefix = Key::system(keys::SYS_PURGING).0;
+        let mut out = Vec::new();
+        snap.scan_prefix(&prefix, false, &mut |k, _| {
+            let id = k
+                .get(prefix.len()..prefix.len() + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| Error::internal("corrupt purge mark"))?;
+            out.push(id);
+            Ok(true)
+        })?;
+        Ok(out)
     }
 
     /// Every tenant id in use (for store-wide figures such as metrics).
@@ -329,6 +353,7 @@ fn resolve_tenant_for_write<R: KvRead>(
 ) -> Result<(u64, bool)> {
     let name = match tenant {
         Tenant::Single => return Ok((keys::SINGLE_TENANT, false)),
+        Tenant::Purged(id) => return Ok((*id, false)),
         Tenant::Named(n) => n,
     };
     let by_name = Key::system(keys::SYS_TENANT_BY_NAME).str(name).0;
@@ -465,7 +490,16 @@ fn writer_loop(
         match committed {
             Ok(()) => {
                 if let Ok(mut t) = tenants.write() {
-                    t.extend(new_tenants);
+                    for change in new_tenants {
+                        match change {
+                            TenantChange::Created(name, id) => {
+                                t.insert(name, id);
+                            }
+                            TenantChange::Dropped(name) => {
+                                t.remove(&name);
+                            }
+                        }
+                    }
                 }
                 for (req, res) in group.into_iter().zip(results) {
                     let _ = req.reply.send(res);
@@ -506,7 +540,7 @@ fn apply_batch<R: KvRead>(
     ov: &mut Overlay<'_, R>,
     req: &mut WriteRequest,
     seq: u64,
-) -> Result<(Vec<WriteOutcome>, Option<CreatedTenant>)> {
+) -> Result<(Vec<WriteOutcome>, Option<TenantChange>)> {
     let (tenant, created) = resolve_tenant_for_write(ov, &req.tenant)?;
     let mut w = RecordWriter::new(ov, tenant, seq);
     let ops = std::mem::take(&mut req.ops);
@@ -515,9 +549,10 @@ fn apply_batch<R: KvRead>(
         out.push(w.apply(op)?);
     }
     w.finish()?;
-    let created = match (&req.tenant, created) {
-        (Tenant::Named(n), true) => Some((n.clone(), tenant)),
+    let change = match (&req.tenant, created, w.dropped.take()) {
+        (_, _, Some(name)) => Some(TenantChange::Dropped(name)),
+        (Tenant::Named(n), true, None) => Some(TenantChange::Created(n.clone(), tenant)),
         _ => None,
     };
-    Ok((out, created))
+    Ok((out, change))
 }

@@ -165,6 +165,13 @@ pub fn response(outcome: &Outcome) -> Value {
         Outcome::TransactionRolledBack { id } => {
             json!({"kind": "transactionRolledBack", "transactionId": id.to_string()})
         }
+        Outcome::Purged {
+            tenant,
+            records,
+            relationships,
+        } => {
+            json!({"kind": "purged", "tenant": tenant, "records": records, "relationships": relationships})
+        }
         Outcome::Csv { content, count } => {
             json!({"kind": "csv", "content": content, "count": count})
         }

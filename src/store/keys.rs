@@ -42,6 +42,7 @@ pub const SYS_TENANT_BY_NAME: u8 = b't'; // + name -> tenant id
 pub const SYS_TENANT_BY_ID: u8 = b'i'; // + id -> name
 /// Reserved: OAuth clients, signing keys, consents, API keys.
 pub const SYS_AUTH: u8 = b'a';
+pub const SYS_PURGING: u8 = b'p'; // + tenant id -> marker: a purged tenant whose keys are being reclaimed
 
 /// Tenant 0 is the single-tenant keyspace.
 pub const SINGLE_TENANT: u64 = 0;
@@ -53,6 +54,13 @@ pub struct Key(pub Vec<u8>);
 impl Key {
     pub fn system(kind: u8) -> Key {
         Key(vec![SYSTEM, kind])
+    }
+    /// The prefix of every key of one tenant.
+    pub fn tenant_space(tenant: u64) -> Key {
+        let mut v = Vec::with_capacity(9);
+        v.push(TENANT);
+        v.extend_from_slice(&tenant.to_be_bytes());
+        Key(v)
     }
     pub fn tenant(tenant: u64, kind: u8) -> Key {
         let mut v = Vec::with_capacity(48);

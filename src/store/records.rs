@@ -78,6 +78,14 @@ pub enum WriteOp {
     },
     Link(LinkRel),
     Unlink(UnlinkRel),
+    /// Makes the batch's tenant invisible at once: its name no longer resolves (a later write
+    /// under the name starts a new, empty tenant) and it is marked for reclamation.
+    PurgeTenant,
+    /// Deletes up to `max` keys of a purged tenant (`Tenant::Purged`); the last chunk also
+    /// removes the reclamation mark. Answers the number of keys deleted.
+    Reclaim {
+        max: usize,
+    },
     /// Fails the batch with a conflict unless the record exists with exactly this version
     /// (a client transaction's read and write set, checked at commit).
     Check {
@@ -213,6 +221,8 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     row: Option<u64>,
     /// Labels of records this batch wrote, so links between them need not decode them.
     pub(super) labels: HashMap<Uuid, String>,
+    /// The tenant name a `PurgeTenant` removed from the directory.
+    pub dropped: Option<String>,
 }
 
 impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
@@ -227,6 +237,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             pairs: HashMap::new(),
             row: None,
             labels: HashMap::new(),
+            dropped: None,
         }
     }
 
@@ -425,6 +436,41 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 self.link(l).map(WriteOutcome::Affected)
             }
             WriteOp::Unlink(u) => self.unlink(u).map(WriteOutcome::Affected),
+            WriteOp::PurgeTenant => {
+                let by_id = Key::system(keys::SYS_TENANT_BY_ID).u64(self.tenant).0;
+                let name = self
+                    .ov
+                    .get(&by_id)?
+                    .map(|v| codec::decode_str(&v))
+                    .transpose()?
+                    .ok_or_else(|| Error::not_found("tenant not found"))?;
+                self.ov
+                    .delete(Key::system(keys::SYS_TENANT_BY_NAME).str(&name).0);
+                self.ov.delete(by_id);
+                self.ov.put(
+                    Key::system(keys::SYS_PURGING).u64(self.tenant).0,
+                    codec::MARKER.to_vec(),
+                );
+                self.dropped = Some(name);
+                Ok(WriteOutcome::Affected(0))
+            }
+            WriteOp::Reclaim { max } => {
+                let mut doomed = Vec::new();
+                self.ov
+                    .scan_prefix(&Key::tenant_space(self.tenant).0, false, &mut |k, _| {
+                        doomed.push(k.to_vec());
+                        Ok(doomed.len() < max)
+                    })?;
+                let n = doomed.len();
+                for k in doomed {
+                    self.ov.delete(k);
+                }
+                if n < max {
+                    self.ov
+                        .delete(Key::system(keys::SYS_PURGING).u64(self.tenant).0);
+                }
+                Ok(WriteOutcome::Affected(n as u64))
+            }
             WriteOp::Check { id, version } => match get_record(&*self.ov, self.tenant, &id)? {
                 Some(r) if r.version == version => Ok(WriteOutcome::Affected(0)),
                 Some(_) => Err(Error::conflict(format!(

@@ -289,3 +289,44 @@ def test_sdk_scopes_never_see_each_other(multi):
     one.records.delete_by_id(a.id)
     assert one.records.find({"labels": [label]}).data == []
     assert [r.id for r in two.records.find({"labels": [label]}).data] == [b.id]
+
+
+# ---------------------------------------------------------------------------------------
+# purgeTenant
+# ---------------------------------------------------------------------------------------
+
+
+def purge(engine, tenant, confirm, token=DEV_TOKEN):
+    return engine.client().session.post(engine.url + "/protocol/v1/execute", json={
+        "protocolVersion": 1, "context": {"scope": tenant},
+        "operation": {"kind": "purgeTenant", "purgeTenant": {"confirm": confirm}}},
+        headers={"Authorization": f"Bearer {token}", "X-Service-Tenant": tenant})
+
+
+def test_purge_tenant(multi, single):
+    P, Q = unique("purge"), unique("keep")
+    docs = [{"n": i, "kid": {"k": i}} for i in range(1500)]
+    for t in (P, Q):
+        r = call(multi, DEV_TOKEN, "POST", "/api/v1/records/import/json", {"label": "DOC", "data": docs}, tenant=t)
+        assert r.status_code == 201, r.text
+    assert_protocol_error(purge(multi, P, Q), 400, "invalid_argument", message_contains=["confirm"])
+    assert_protocol_error(purge(multi, P, P, token=mint(claims("read", tenant=P))), 403, "permission_denied")
+    assert_protocol_error(purge(multi, P, P, token=mint(claims("*", tenant=Q))), 401, "unauthenticated")
+    r = purge(multi, P, P, token=mint(claims("write", tenant=P)))
+    assert r.status_code == 200, r.text
+    assert r.json()["response"] == {"kind": "purged", "tenant": P, "records": 3000, "relationships": 1500}
+    # invisible at once; the other tenant is untouched
+    assert call(multi, DEV_TOKEN, "POST", "/api/v1/labels/search", {}, tenant=P).json()["data"] == {}
+    assert call(multi, DEV_TOKEN, "POST", "/api/v1/labels/search", {}, tenant=Q).json()["data"] == {"DOC": 1500, "kid": 1500}
+    # the name starts over as an empty tenant
+    assert call(multi, DEV_TOKEN, "POST", "/api/v1/records", {"label": "NEW", "data": {"a": 1}}, tenant=P).status_code == 201
+    assert call(multi, DEV_TOKEN, "POST", "/api/v1/labels/search", {}, tenant=P).json()["data"] == {"NEW": 1}
+    deadline = time.time() + 10
+    while "reclaimed the keys of purged tenant" not in multi.log() and time.time() < deadline:
+        time.sleep(0.1)
+    assert "reclaimed the keys of purged tenant" in multi.log()
+    # single-tenant engines have no tenant to purge
+    r = single.client().session.post(single.url + "/protocol/v1/execute", json={
+        "protocolVersion": 1, "operation": {"kind": "purgeTenant", "purgeTenant": {"confirm": "x"}}},
+        headers={"Authorization": f"Bearer {DEV_TOKEN}"})
+    assert_protocol_error(r, 400, "invalid_argument")

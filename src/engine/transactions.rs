@@ -283,7 +283,9 @@ impl Engine {
     ) -> Result<Outcome> {
         let what = op.name();
         let refuse = || Err(not_staged(&what));
-        // Refuse before locking, so an unsupported operation cannot hold the transaction.
+        // The transaction first (an unknown id is a 404 whatever the operation), then the
+        // operations a transaction does not take.
+        let mut g = self.locked(&tenant, tx).await?;
         match &op {
             Operation::Mutate(
                 Mutation::PutRecord(_)
@@ -300,7 +302,6 @@ impl Engine {
                     && q.query.group_by.is_none() => {}
             _ => return refuse(),
         }
-        let mut g = self.locked(&tenant, tx).await?;
         let open = &mut *g;
         match op {
             Operation::Query(QueryOp::Record(q)) => {

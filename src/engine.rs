@@ -3,6 +3,7 @@
 //! operation. Wire modules only decode and render; every decision is made here, once.
 
 mod ingest;
+pub mod policy;
 mod records;
 mod relationships;
 mod search;
@@ -10,7 +11,9 @@ pub mod transactions;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::Record;
-use crate::protocol::{DescribeOp, Mutation, Operation, Permission, QueryOp};
+use crate::protocol::{
+    DescribeOp, Mutation, Operation, Permission, QueryOp, StagedMutation, TransactionOp,
+};
 use crate::store::records::PropertyInfo;
 use crate::store::{Store, TenancyMode, Tenant};
 use sha2::{Digest, Sha256};
@@ -116,6 +119,8 @@ pub enum Outcome {
         content: String,
         count: u64,
     },
+    /// `policy get` / `set`: the rendered policy.
+    Policy(serde_json::Value),
     Purged {
         tenant: String,
         records: u64,
@@ -317,11 +322,85 @@ impl Engine {
         }
         let tenant = self.tenant(&env)?;
         self.check_binding(&principal, &tenant)?;
-        if let Some(tx) = &env.transaction {
-            return self.in_transaction(tenant, tx, env.operation).await;
+        // A Protocol v1 `stage` is the staged operation run inside its transaction.
+        let (mut op, mut tx, mut staged_get) = (env.operation, env.transaction, None);
+        if let Operation::Transaction(TransactionOp::Stage(s)) = op {
+            staged_get = Some(matches!(s.mutation, StagedMutation::GetRecord(_)));
+            tx = Some(s.transaction_id);
+            op = transactions::staged_operation(s.mutation)?;
         }
+        // The data-access policy binds capability tokens (BEHAVIOUR.md §7).
+        let guard = match principal {
+            Principal::Capability(_) => self.policy_guard(&tenant)?,
+            Principal::Operator => None,
+        };
+        if let Some(g) = &guard {
+            op = g.admit(op, &|id| self.label_of(&tenant, id))?;
+        }
+        let out = match &tx {
+            Some(tx) => self.in_transaction(tenant, tx, op).await?,
+            None => self.dispatch(tenant, op).await?,
+        };
+        let out = match &guard {
+            Some(g) => g.filter(out)?,
+            None => out,
+        };
+        Ok(match (staged_get, out) {
+            (None, out) => out,
+            (Some(true), Outcome::Record(r)) => Outcome::TransactionGet(r),
+            (Some(_), _) => Outcome::TransactionStaged,
+        })
+    }
+
+    /// The tenant's policy guard, when its policy is enforced.
+    fn policy_guard(&self, tenant: &Tenant) -> Result<Option<policy::Guard>> {
+        let Some(t) = self.store.tenant_id(tenant) else {
+            return Ok(None);
+        };
+        Ok(policy::load(&self.store.snapshot()?, t)?.and_then(policy::Guard::new))
+    }
+
+    /// The label of a stored record, for policy checks of writes by id (None: unknown).
+    fn label_of(&self, tenant: &Tenant, id: &str) -> Result<Option<String>> {
+        let (Some(t), Ok(id)) = (
+            self.store.tenant_id(tenant),
+            crate::model::parse_uuid_v7(id, "id"),
+        ) else {
+            return Ok(None);
+        };
+        Ok(crate::store::records::get_record(&self.store.snapshot()?, t, &id)?.map(|r| r.label))
+    }
+
+    /// `policy get` / `policy set` (bootstrap token only; see `Operation::permission`).
+    async fn policy(&self, tenant: Tenant, op: crate::protocol::PolicyOp) -> Result<Outcome> {
+        match op {
+            crate::protocol::PolicyOp::Get(_) => {
+                let installed = match self.store.tenant_id(&tenant) {
+                    Some(t) => policy::load(&self.store.snapshot()?, t)?,
+                    None => None,
+                };
+                Ok(Outcome::Policy(policy::to_json(installed.as_ref())))
+            }
+            crate::protocol::PolicyOp::Set(s) => {
+                let installed = policy::from_request(&s.mode, s.policy.as_ref())?;
+                let bytes = serde_json::to_vec(&installed)
+                    .map_err(|e| Error::internal(format!("policy encoding: {e}")))?;
+                self.store
+                    .write(
+                        tenant,
+                        vec![crate::store::records::WriteOp::SetPolicy(Some(bytes))],
+                    )
+                    .await?;
+                Ok(Outcome::Policy(policy::to_json(Some(&installed))))
+            }
+        }
+    }
+
+    /// Runs an operation outside any transaction.
+    async fn dispatch(&self, tenant: Tenant, op: Operation) -> Result<Outcome> {
         let sink = &mut Sink::Store;
-        match env.operation {
+        match op {
+            Operation::Policy(p) => self.policy(tenant, p).await,
             Operation::Transaction(op) => self.transaction(tenant, op).await,
             Operation::Query(QueryOp::Record(q)) => self.get_record(&tenant, &q.id),
             Operation::Query(QueryOp::Records(q)) => self.find_records(&tenant, &q.query).await,

@@ -261,15 +261,9 @@ impl Engine {
                 let id = self.rollback(&tenant, &r.transaction_id).await?;
                 Ok(Outcome::TransactionRolledBack { id })
             }
-            TransactionOp::Stage(s) => {
-                let get = matches!(s.mutation, StagedMutation::GetRecord(_));
-                let op = staged_operation(s.mutation)?;
-                let out = self.in_transaction(tenant, &s.transaction_id, op).await?;
-                Ok(match (get, out) {
-                    (true, Outcome::Record(r)) => Outcome::TransactionGet(r),
-                    _ => Outcome::TransactionStaged,
-                })
-            }
+            // `execute` unwraps `stage` into the staged operation (so it is checked like any
+            // other), runs it inside the transaction and renders the staged outcome.
+            TransactionOp::Stage(_) => Err(Error::internal("stage reached the dispatcher")),
         }
     }
 
@@ -426,7 +420,7 @@ fn commit_ops(open: &mut Open) -> Vec<WriteOp> {
 }
 
 /// A Protocol v1 staged mutation as the operation it stages.
-fn staged_operation(m: StagedMutation) -> Result<Operation> {
+pub(super) fn staged_operation(m: StagedMutation) -> Result<Operation> {
     Ok(match m {
         StagedMutation::CreateRecord(c) => Operation::Mutate(Mutation::PutRecord(PutRecordOp {
             mode: PutMode::Create,

@@ -165,6 +165,7 @@ pub fn response(outcome: &Outcome) -> Value {
         Outcome::TransactionRolledBack { id } => {
             json!({"kind": "transactionRolledBack", "transactionId": id.to_string()})
         }
+        Outcome::Policy(p) => p.clone(),
         Outcome::Purged {
             tenant,
             records,

@@ -32,6 +32,8 @@ pub const TEXT_INDEX: u8 = 0x61;
 /// Inline vectors given with a record (imports, create): + record id + property name ->
 /// f64 values, little-endian. Vector indexes are built from these.
 pub const INLINE_VECTOR: u8 = 0x62;
+/// The tenant's data-access policy (JSON).
+pub const POLICY: u8 = 0x70;
 
 // System key kinds.
 pub const SYS_FORMAT: u8 = b'F'; // -> storage format version (u64)

@@ -78,6 +78,8 @@ pub enum WriteOp {
     },
     Link(LinkRel),
     Unlink(UnlinkRel),
+    /// Installs (Some) or removes (None) the tenant's data-access policy.
+    SetPolicy(Option<Vec<u8>>),
     /// Makes the batch's tenant invisible at once: its name no longer resolves (a later write
     /// under the name starts a new, empty tenant) and it is marked for reclamation.
     PurgeTenant,
@@ -223,6 +225,8 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     pub(super) labels: HashMap<Uuid, String>,
     /// The tenant name a `PurgeTenant` removed from the directory.
     pub dropped: Option<String>,
+    /// Property ids resolved in this batch (metadata is only dropped in `finish`).
+    prop_ids: HashMap<(String, PropType), Uuid>,
 }
 
 impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
@@ -238,6 +242,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             row: None,
             labels: HashMap::new(),
             dropped: None,
+            prop_ids: HashMap::new(),
         }
     }
 
@@ -304,14 +309,20 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     }
 
     fn prop_id(&mut self, name: &str, ty: PropType, create: bool) -> Result<Option<Uuid>> {
+        if let Some(id) = self.prop_ids.get(&(name.to_string(), ty)) {
+            return Ok(Some(*id));
+        }
         let by_name = self.key(keys::PROP_BY_NAME).str(name).u8(ty as u8).0;
         if let Some(v) = self.ov.get(&by_name)? {
-            return codec::decode_uuid(&v).map(Some);
+            let id = codec::decode_uuid(&v)?;
+            self.prop_ids.insert((name.to_string(), ty), id);
+            return Ok(Some(id));
         }
         if !create {
             return Ok(None);
         }
         let id = Uuid::now_v7();
+        self.prop_ids.insert((name.to_string(), ty), id);
         self.ov.put(by_name, codec::encode_uuid(&id));
         self.ov.put(
             self.key(keys::PROP_BY_ID).uuid(&id).0,
@@ -436,6 +447,14 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 self.link(l).map(WriteOutcome::Affected)
             }
             WriteOp::Unlink(u) => self.unlink(u).map(WriteOutcome::Affected),
+            WriteOp::SetPolicy(p) => {
+                let key = self.key(keys::POLICY).0;
+                match p {
+                    Some(v) => self.ov.put(key, v),
+                    None => self.ov.delete(key),
+                }
+                Ok(WriteOutcome::Affected(1))
+            }
             WriteOp::PurgeTenant => {
                 let by_id = Key::system(keys::SYS_TENANT_BY_ID).u64(self.tenant).0;
                 let name = self

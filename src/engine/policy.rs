@@ -1,0 +1,483 @@
+//! The data-access policy of a tenant (SPEC.md "Data-access policy", BEHAVIOUR.md §7).
+//!
+//! Invariants:
+//! - A policy binds capability tokens only, and only in `PolicyEnforced` mode; the bootstrap
+//!   token and `BoundaryOnly` tenants are bound by the tenant boundary alone.
+//! - Enforcement happens once, in `Engine::execute`: an operation is admitted (possibly with
+//!   its labels narrowed to the allowed ones) or refused with `unauthorized` before it runs,
+//!   and its outcome is filtered (hidden properties removed, rows capped) before it leaves.
+//! - Anything the policy cannot be applied to fails closed with `unauthorized`.
+
+use super::Outcome;
+use crate::error::{Error, ErrorCode, Result};
+use crate::model::Record;
+use crate::protocol::{
+    DescribeOp, IngestOp, Mutation, Operation, PolicyDocument, QueryDocument, QueryOp,
+};
+use crate::query::filter::Filter;
+use crate::store::keys::{self, Key};
+use crate::store::kv::KvRead;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    BoundaryOnly,
+    PolicyEnforced,
+}
+
+/// An installed policy, stored under the tenant's POLICY key as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Installed {
+    pub mode: Mode,
+    /// None or `["*"]`: every label.
+    #[serde(default)]
+    pub allowed_labels: Option<Vec<String>>,
+    #[serde(default)]
+    pub denied_relationship_types: Vec<String>,
+    /// label -> the properties its records show; labels not listed show every property.
+    #[serde(default)]
+    pub visible_properties: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    pub max_results: Option<u64>,
+}
+
+pub fn policy_key(tenant: u64) -> Vec<u8> {
+    Key::tenant(tenant, keys::POLICY).0
+}
+
+/// The tenant's installed policy, if any.
+pub fn load<R: KvRead + ?Sized>(kv: &R, tenant: u64) -> Result<Option<Installed>> {
+    match kv.get(&policy_key(tenant))? {
+        None => Ok(None),
+        Some(v) => serde_json::from_slice(&v)
+            .map(Some)
+            .map_err(|e| Error::internal(format!("stored policy unreadable: {e}"))),
+    }
+}
+
+/// Validates a `policy set` into what is stored.
+pub fn from_request(mode: &str, doc: Option<&PolicyDocument>) -> Result<Installed> {
+    let mode = match mode {
+        "BoundaryOnly" => Mode::BoundaryOnly,
+        "PolicyEnforced" => Mode::PolicyEnforced,
+        other => {
+            return Err(Error::invalid(format!(
+                "policy.mode: '{}' is not one of BoundaryOnly, PolicyEnforced",
+                crate::model::truncate(other, 40)
+            )))
+        }
+    };
+    let mut out = Installed {
+        mode,
+        allowed_labels: None,
+        denied_relationship_types: vec![],
+        visible_properties: BTreeMap::new(),
+        max_results: None,
+    };
+    let Some(d) = doc else { return Ok(out) };
+    out.allowed_labels = d
+        .allowed_labels
+        .clone()
+        .filter(|l| !l.iter().any(|x| x == "*"));
+    out.denied_relationship_types = d
+        .denied_relationship_types
+        .iter()
+        .flatten()
+        .map(|t| crate::model::canonical_type(t).to_string())
+        .collect();
+    for (label, props) in d.visible_properties.iter().flatten() {
+        let list =
+            crate::protocol::string_list(props, &format!("policy.visibleProperties.{label}"))?;
+        out.visible_properties.insert(label.clone(), list);
+    }
+    if d.max_results == Some(0) {
+        return Err(Error::invalid("policy.maxResults: must be at least 1"));
+    }
+    out.max_results = d.max_results;
+    Ok(out)
+}
+
+pub fn to_json(p: Option<&Installed>) -> Value {
+    match p {
+        None => json!({"kind": "policy", "mode": "BoundaryOnly"}),
+        Some(p) => {
+            let mode = match p.mode {
+                Mode::BoundaryOnly => "BoundaryOnly",
+                Mode::PolicyEnforced => "PolicyEnforced",
+            };
+            json!({"kind": "policy", "mode": mode, "policy": {
+                "allowedLabels": p.allowed_labels.clone().unwrap_or_else(|| vec!["*".into()]),
+                "deniedRelationshipTypes": p.denied_relationship_types,
+                "visibleProperties": p.visible_properties,
+                "maxResults": p.max_results,
+            }})
+        }
+    }
+}
+
+/// Looks up the label of a stored record by id (None: unknown).
+pub type LabelOf<'a> = &'a dyn Fn(&str) -> Result<Option<String>>;
+
+fn ids(v: &crate::protocol::OneOrMany) -> Vec<String> {
+    match v {
+        crate::protocol::OneOrMany::One(s) => vec![s.clone()],
+        crate::protocol::OneOrMany::Many(v) => v.clone(),
+    }
+}
+
+fn refuse(msg: impl Into<String>) -> Error {
+    Error::new(ErrorCode::Unauthorized, msg)
+}
+
+/// An enforced policy applied to one request.
+pub struct Guard {
+    p: Installed,
+}
+
+impl Guard {
+    pub fn new(p: Installed) -> Option<Guard> {
+        (p.mode == Mode::PolicyEnforced).then_some(Guard { p })
+    }
+
+    fn label_allowed(&self, label: &str) -> bool {
+        self.p
+            .allowed_labels
+            .as_ref()
+            .is_none_or(|l| l.iter().any(|x| x == label))
+    }
+
+    fn check_label(&self, label: &str) -> Result<()> {
+        if self.label_allowed(label) {
+            Ok(())
+        } else {
+            Err(refuse(format!("the policy does not allow label '{label}'")))
+        }
+    }
+
+    fn hidden(&self, label: &str, prop: &str) -> bool {
+        self.p
+            .visible_properties
+            .get(label)
+            .is_some_and(|v| !v.iter().any(|x| x == prop))
+    }
+
+    fn check_prop(&self, labels: &[String], prop: &str) -> Result<()> {
+        match labels.iter().find(|l| self.hidden(l, prop)) {
+            Some(l) => Err(refuse(format!(
+                "the policy hides property '{prop}' of label '{l}'"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn check_type(&self, t: &str) -> Result<()> {
+        if self.p.denied_relationship_types.iter().any(|d| d == t) {
+            return Err(refuse(format!("the policy denies relationship type '{t}'")));
+        }
+        Ok(())
+    }
+
+    /// Labels, properties and relationship types a where tree touches; `aliases` collects
+    /// the labels its `$alias` names stand for.
+    fn check_filter(
+        &self,
+        f: &Filter,
+        labels: &[String],
+        aliases: &mut HashMap<String, Vec<String>>,
+    ) -> Result<()> {
+        match f {
+            Filter::True | Filter::Id(_) => Ok(()),
+            Filter::Field(name, _) => self.check_prop(labels, name),
+            Filter::And(fs) | Filter::Or(fs) | Filter::Nor(fs) | Filter::Xor(fs) => fs
+                .iter()
+                .try_for_each(|f| self.check_filter(f, labels, aliases)),
+            Filter::Not(f) => self.check_filter(f, labels, aliases),
+            Filter::Related(r) => {
+                let Some(label) = &r.label else {
+                    if self.p.allowed_labels.is_some() {
+                        return Err(refuse(
+                            "the policy allows only some labels: a traversal must name its related label",
+                        ));
+                    }
+                    return self.check_filter(&r.filter, &[], aliases);
+                };
+                self.check_label(label)?;
+                if !self.p.denied_relationship_types.is_empty() {
+                    if r.edges.types.is_empty() {
+                        return Err(refuse(
+                            "the policy denies some relationship types: a traversal must name its $relation type",
+                        ));
+                    }
+                    r.edges.types.iter().try_for_each(|t| self.check_type(t))?;
+                }
+                let inner = vec![label.clone()];
+                if let Some(a) = &r.alias {
+                    aliases.insert(a.trim_start_matches('$').to_string(), inner.clone());
+                }
+                self.check_filter(&r.filter, &inner, aliases)
+            }
+        }
+    }
+
+    /// A search document: labels narrowed to (or checked against) the allowed ones, every
+    /// filtered, sorted, aggregated or grouped property visible, `limit` within maxResults.
+    fn admit_doc(&self, mut doc: QueryDocument) -> Result<QueryDocument> {
+        match (&doc.labels, &self.p.allowed_labels) {
+            (Some(ls), _) if !ls.is_empty() => ls.iter().try_for_each(|l| self.check_label(l))?,
+            (_, Some(allowed)) => doc.labels = Some(allowed.clone()),
+            _ => {}
+        }
+        let q = crate::query::lower(&doc, true)?;
+        let labels = &q.spec.labels;
+        let mut aliases = HashMap::new();
+        self.check_filter(&q.spec.filter, labels, &mut aliases)?;
+        for k in &q.spec.order {
+            if let Some(f) = &k.field {
+                self.check_prop(labels, f)?;
+            }
+        }
+        if let Some(a) = &q.aggregation {
+            let of = |alias: &Option<String>| -> Vec<String> {
+                match alias {
+                    Some(a) => aliases
+                        .get(a.trim_start_matches('$'))
+                        .cloned()
+                        .unwrap_or_default(),
+                    None => labels.clone(),
+                }
+            };
+            for d in &a.defs {
+                if let Some(f) = &d.field {
+                    self.check_prop(&of(&d.alias), f)?;
+                }
+            }
+            for (_, dim) in &a.dims {
+                match dim {
+                    crate::query::aggregate::Dim::Prop(p) => self.check_prop(labels, p)?,
+                    crate::query::aggregate::Dim::AliasProp(a, p) => {
+                        self.check_prop(&of(&Some(a.clone())), p)?
+                    }
+                    crate::query::aggregate::Dim::Bucket(_) => {}
+                }
+            }
+        }
+        Ok(doc)
+    }
+
+    /// The stored records named by id must be of allowed labels (unknown ids pass: the
+    /// operation answers them as unknown).
+    fn check_ids(&self, ids: &[String], label_of: LabelOf<'_>) -> Result<()> {
+        for id in ids {
+            if let Some(l) = label_of(id)? {
+                self.check_label(&l)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks an operation before it runs, narrowing what it reads where it can.
+    pub fn admit(&self, op: Operation, label_of: LabelOf<'_>) -> Result<Operation> {
+        let fail_closed = |what: &str| {
+            Err(refuse(format!(
+                "{what} cannot apply the data-access policy and is refused under PolicyEnforced"
+            )))
+        };
+        Ok(match op {
+            Operation::Query(QueryOp::Records(mut q)) => {
+                q.query = self.admit_doc(q.query)?;
+                Operation::Query(QueryOp::Records(q))
+            }
+            Operation::Query(QueryOp::ExportCsv(mut q)) => {
+                q.query = self.admit_doc(q.query)?;
+                let labels = q.query.labels.clone().unwrap_or_default();
+                if labels.is_empty() && !self.p.visible_properties.is_empty()
+                    || labels
+                        .iter()
+                        .any(|l| self.p.visible_properties.contains_key(l))
+                {
+                    return fail_closed("a CSV export of labels with hidden properties");
+                }
+                if let Some(max) = self.p.max_results {
+                    let limit = q.query.limit.unwrap_or(100).min(max as i64);
+                    q.query.limit = Some(limit);
+                }
+                Operation::Query(QueryOp::ExportCsv(q))
+            }
+            op @ Operation::Query(QueryOp::Record(_)) => op,
+            Operation::Mutate(Mutation::DeleteRecords(mut q)) => {
+                q.query = self.admit_doc(q.query)?;
+                Operation::Mutate(Mutation::DeleteRecords(q))
+            }
+            Operation::Mutate(Mutation::PutRecord(p)) => {
+                if let Some(l) = p.label.as_deref().filter(|l| !l.is_empty()) {
+                    self.check_label(l)?;
+                }
+                self.check_ids(p.id.as_slice(), label_of)?;
+                Operation::Mutate(Mutation::PutRecord(p))
+            }
+            Operation::Mutate(Mutation::RetypeRecord(r)) => {
+                self.check_label(&r.from_label)?;
+                self.check_label(&r.to_label)?;
+                let id = r.id.clone().or(r.record.as_ref().map(|x| x.id.clone()));
+                self.check_ids(id.as_slice(), label_of)?;
+                Operation::Mutate(Mutation::RetypeRecord(r))
+            }
+            Operation::Mutate(Mutation::DeleteRecord(d)) => {
+                let id = d.id.clone().or(d.record.as_ref().map(|x| x.id.clone()));
+                self.check_ids(id.as_slice(), label_of)?;
+                Operation::Mutate(Mutation::DeleteRecord(d))
+            }
+            Operation::Mutate(Mutation::LinkRecordsById(c)) => {
+                let t = c
+                    .command
+                    .relation_type
+                    .as_deref()
+                    .unwrap_or(crate::model::DEFAULT_RELATION_TYPE);
+                self.check_type(crate::model::canonical_type(t))?;
+                self.check_ids(&ids(&c.command.source_ids), label_of)?;
+                self.check_ids(&ids(&c.command.target_ids), label_of)?;
+                Operation::Mutate(Mutation::LinkRecordsById(c))
+            }
+            Operation::Mutate(Mutation::UnlinkRecordsById(c)) => {
+                self.check_ids(&ids(&c.command.source_ids), label_of)?;
+                self.check_ids(&ids(&c.command.target_ids), label_of)?;
+                Operation::Mutate(Mutation::UnlinkRecordsById(c))
+            }
+            Operation::Mutate(Mutation::LinkRecords(c)) => {
+                self.check_label(&c.command.source.label)?;
+                self.check_label(&c.command.target.label)?;
+                if let Some(t) = &c.command.relation_type {
+                    self.check_type(crate::model::canonical_type(t))?;
+                }
+                Operation::Mutate(Mutation::LinkRecords(c))
+            }
+            Operation::Mutate(Mutation::UnlinkRecords(c)) => {
+                self.check_label(&c.command.source.label)?;
+                self.check_label(&c.command.target.label)?;
+                Operation::Mutate(Mutation::UnlinkRecords(c))
+            }
+            op @ Operation::Transaction(_) => op,
+            Operation::Ingest(i) => {
+                match &i {
+                    IngestOp::Documents(d) => {
+                        let cap = d
+                            .options
+                            .as_ref()
+                            .and_then(|o| o.capitalize_labels)
+                            .unwrap_or(false);
+                        if let Some(l) = d.label.as_deref().filter(|l| !l.is_empty()) {
+                            self.check_label(l)?;
+                        }
+                        for doc in &d.documents {
+                            self.check_nested_labels(doc, cap)?;
+                        }
+                    }
+                    IngestOp::Csv(c) => {
+                        if let Some(l) = &c.label {
+                            self.check_label(l)?;
+                        }
+                    }
+                }
+                Operation::Ingest(i)
+            }
+            Operation::Describe(DescribeOp::BuildInfo(e)) => {
+                Operation::Describe(DescribeOp::BuildInfo(e))
+            }
+            Operation::Describe(d) => return fail_closed(&format!("describe {}", d.kind_name())),
+            Operation::Query(q) => return fail_closed(&format!("query {}", q.kind_name())),
+            Operation::Mutate(m) => return fail_closed(&format!("mutate {}", m.kind_name())),
+            other => return fail_closed(&other.name()),
+        })
+    }
+
+    /// Labels an imported document would create (keys holding objects or arrays of objects).
+    fn check_nested_labels(&self, v: &Value, cap: bool) -> Result<()> {
+        let Value::Object(m) = v else { return Ok(()) };
+        for (k, child) in m {
+            let objects: Vec<&Value> = match child {
+                Value::Object(_) => vec![child],
+                Value::Array(a) if a.iter().any(Value::is_object) => a.iter().collect(),
+                _ => continue,
+            };
+            if k == "$vectors" {
+                continue;
+            }
+            let label = if cap { k.to_uppercase() } else { k.clone() };
+            self.check_label(&label)?;
+            for o in objects {
+                self.check_nested_labels(o, cap)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn visible(&self, mut r: Record) -> Result<Record> {
+        self.check_label(&r.label)?;
+        if let Some(v) = self.p.visible_properties.get(&r.label) {
+            r.props.retain(|k, _| v.iter().any(|x| x == k));
+        }
+        Ok(r)
+    }
+
+    /// Filters an outcome: single reads of a label outside the policy are refused, records
+    /// lose hidden properties, lists and totals are capped at maxResults.
+    pub fn filter(&self, out: Outcome) -> Result<Outcome> {
+        let cap = |n: u64| self.p.max_results.map_or(n, |m| n.min(m));
+        Ok(match out {
+            Outcome::Record(r) => Outcome::Record(Box::new(self.visible(*r)?)),
+            Outcome::TransactionGet(r) => Outcome::TransactionGet(Box::new(self.visible(*r)?)),
+            Outcome::Records { records, total } => {
+                let mut records = records
+                    .into_iter()
+                    .map(|r| self.visible(r))
+                    .collect::<Result<Vec<_>>>()?;
+                records.truncate(cap(records.len() as u64) as usize);
+                Outcome::Records {
+                    records,
+                    total: cap(total),
+                }
+            }
+            Outcome::Rows { mut rows, total } => {
+                // Per-record rows carry the record: its properties are the keys listed in
+                // `__proptypes`; hidden ones go. Grouped rows hold only checked dimensions.
+                for row in rows.iter_mut() {
+                    let Some(m) = row.as_object_mut() else {
+                        continue;
+                    };
+                    let Some(label) = m.get("__label").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    self.check_label(label)?;
+                    let Some(visible) = self.p.visible_properties.get(label) else {
+                        continue;
+                    };
+                    let hidden: Vec<String> = m
+                        .get("__proptypes")
+                        .and_then(Value::as_object)
+                        .map(|t| {
+                            t.keys()
+                                .filter(|k| !visible.iter().any(|v| v == *k))
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for k in &hidden {
+                        m.remove(k);
+                        if let Some(Value::Object(t)) = m.get_mut("__proptypes") {
+                            t.remove(k);
+                        }
+                    }
+                }
+                rows.truncate(cap(rows.len() as u64) as usize);
+                Outcome::Rows {
+                    rows,
+                    total: cap(total),
+                }
+            }
+            other => other,
+        })
+    }
+}

@@ -1,0 +1,128 @@
+"""The data-access policy (SPEC.md "Data-access policy", BEHAVIOUR.md §7): every policy element
+under PolicyEnforced for capability tokens (allowed labels, denied relationship types, visible
+properties, max results), the fail-closed list, and the bootstrap token and BoundaryOnly mode
+left unbound."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import DEV_TOKEN, assert_protocol_error, assert_rest_error, unique
+from test_security import SECRET, call, claims, mint
+
+T = "policy-tenant"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from conftest import EngineProcess
+
+    tmp = tmp_path_factory.mktemp("policy")
+    e = EngineProcess(tmp / "data", tmp, extra_args=["--capability-secret", SECRET, "--multitenant"]).start()
+    boot = lambda m, p, b=None: call(e, DEV_TOKEN, m, p, b, tenant=T)
+    mk = lambda label, data: boot("POST", "/api/v1/records", {"label": label, "data": data, "options": {"returnResult": True}}).json()["data"]["__id"]
+    people = [mk("PERSON", {"name": f"p{i}", "ssn": f"ssn-{i}", "age": 20 + i}) for i in range(5)]
+    company = mk("COMPANY", {"name": "acme"})
+    secret = mk("SECRET", {"x": 1})
+    for p in people:
+        assert boot("POST", f"/api/v1/records/{p}/relationships", {"targetIds": [company], "type": "WORKS_AT"}).status_code == 201
+    assert boot("POST", f"/api/v1/records/{people[0]}/relationships", {"targetIds": [people[1]], "type": "KNOWS"}).status_code == 201
+    r = protocol(e, DEV_TOKEN, {"kind": "policy", "policy": {"kind": "set", "mode": "PolicyEnforced", "policy": {
+        "allowedLabels": ["PERSON", "COMPANY"], "deniedRelationshipTypes": ["KNOWS"],
+        "visibleProperties": {"PERSON": ["name", "age"]}, "maxResults": 3}}})
+    assert r.status_code == 200, r.text
+    yield {"engine": e, "people": people, "company": company, "secret": secret, "token": mint(claims("read write", tenant=T))}
+    assert e.stop() == 0
+
+
+def protocol(e, token, op, tenant=T):
+    return e.client().session.post(e.url + "/protocol/v1/execute", json={"protocolVersion": 1, "context": {"scope": tenant}, "operation": op},
+                                   headers={"Authorization": f"Bearer {token}", "X-Service-Tenant": tenant})
+
+
+def cap(world, method, path, body=None):
+    return call(world["engine"], world["token"], method, path, body, tenant=T)
+
+
+def test_policy_get_shows_what_was_set(world):
+    r = protocol(world["engine"], DEV_TOKEN, {"kind": "policy", "policy": {"kind": "get"}})
+    got = r.json()["response"]
+    assert got["mode"] == "PolicyEnforced"
+    assert got["policy"]["allowedLabels"] == ["PERSON", "COMPANY"] and got["policy"]["maxResults"] == 3
+    assert_protocol_error(protocol(world["engine"], DEV_TOKEN, {"kind": "policy", "policy": {"kind": "set", "mode": "Loose"}}),
+                          400, "invalid_argument")
+
+
+def test_allowed_labels_and_max_results(world):
+    r = cap(world, "POST", "/api/v1/records/search", {"limit": 100})
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert data["total"] == 3 and len(data["data"]) == 3
+    assert {x["__label"] for x in data["data"]} <= {"PERSON", "COMPANY"}
+    assert_rest_error(cap(world, "POST", "/api/v1/records/search", {"labels": ["SECRET"]}), 403, "unauthorized")
+    assert_rest_error(cap(world, "GET", f"/api/v1/records/{world['secret']}"), 403, "unauthorized")
+    assert_rest_error(cap(world, "POST", "/api/v1/records", {"label": "SECRET", "data": {"y": 1}}), 403, "unauthorized")
+    assert_rest_error(cap(world, "PATCH", f"/api/v1/records/{world['secret']}", {"x": 2}), 403, "unauthorized")
+    assert_rest_error(cap(world, "DELETE", f"/api/v1/records/{world['secret']}"), 403, "unauthorized")
+    assert_rest_error(cap(world, "POST", "/api/v1/records/import/json", {"label": "PERSON", "data": {"name": "n", "SECRET": {"x": 1}}}),
+                      403, "unauthorized")
+    assert cap(world, "POST", "/api/v1/records", {"label": "COMPANY", "data": {"name": "new"}}).status_code == 201
+    # the bootstrap token is not bound
+    r = call(world["engine"], DEV_TOKEN, "GET", f"/api/v1/records/{world['secret']}", tenant=T)
+    assert r.status_code == 200
+
+
+def test_visible_properties(world):
+    p = world["people"][0]
+    rec = cap(world, "GET", f"/api/v1/records/{p}").json()["data"]
+    assert rec["name"] == "p0" and rec["age"] == 20 and "ssn" not in rec and "ssn" not in rec["__proptypes"]
+    rows = cap(world, "POST", "/api/v1/records/search", {"labels": ["PERSON"]}).json()["data"]["data"]
+    assert rows and all("ssn" not in r for r in rows)
+    for body in [
+        {"labels": ["PERSON"], "where": {"ssn": "ssn-1"}},
+        {"labels": ["PERSON"], "orderBy": {"ssn": "asc"}},
+        {"labels": ["PERSON"], "aggregate": {"ids": {"fn": "collect", "field": "ssn"}}},
+        {"labels": ["PERSON"], "select": {"n": {"$count": "*"}}, "groupBy": ["$record.ssn"]},
+        {"labels": ["COMPANY"], "where": {"PERSON": {"$relation": "WORKS_AT", "ssn": "ssn-1"}}},
+    ]:
+        assert_rest_error(cap(world, "POST", "/api/v1/records/search", body), 403, "unauthorized", message_contains=["ssn"])
+    r = cap(world, "POST", "/api/v1/records/search", {"labels": ["PERSON"], "where": {"age": {"$gte": 21}}, "orderBy": {"age": "asc"}})
+    assert [x["name"] for x in r.json()["data"]["data"]] == ["p1", "p2", "p3"]
+    assert_rest_error(cap(world, "POST", "/api/v1/records/export/csv", {"labels": ["PERSON"]}), 403, "unauthorized")
+    text = cap(world, "POST", "/api/v1/records/export/csv", {"labels": ["COMPANY"]}).json()["data"]["fileContent"]
+    assert "acme" in text
+
+
+def test_denied_relationship_types(world):
+    ok = cap(world, "POST", "/api/v1/records/search", {"labels": ["PERSON"], "where": {"COMPANY": {"$relation": {"type": "WORKS_AT"}, "name": "acme"}}})
+    assert ok.status_code == 200 and ok.json()["data"]["total"] == 3
+    for where in [{"PERSON": {"$relation": "KNOWS"}}, {"PERSON": {}}, {"SECRET": {"$relation": "WORKS_AT"}}]:
+        assert_rest_error(cap(world, "POST", "/api/v1/records/search", {"labels": ["PERSON"], "where": where}), 403, "unauthorized")
+    p0, p2 = world["people"][0], world["people"][2]
+    assert_rest_error(cap(world, "POST", f"/api/v1/records/{p0}/relationships", {"targetIds": [p2], "type": "KNOWS"}), 403, "unauthorized")
+
+
+@pytest.mark.parametrize("op", [
+    {"kind": "describe", "describe": {"kind": "labels"}},
+    {"kind": "describe", "describe": {"kind": "properties"}},
+    {"kind": "describe", "describe": {"kind": "schema"}},
+    {"kind": "describe", "describe": {"kind": "explain", "query": {"labels": ["PERSON"]}}},
+    {"kind": "query", "query": {"kind": "relationships", "query": {}}},
+    {"kind": "query", "query": {"kind": "propertyValues", "property": "ssn", "query": {}}},
+    {"kind": "query", "query": {"kind": "statement", "language": "cypher", "statement": "MATCH (n) RETURN n", "parameters": {}}},
+    {"kind": "backup", "backup": {"kind": "snapshot"}},
+], ids=["labels", "properties", "schema", "explain", "relationships", "propertyValues", "statement", "backup"])
+def test_fail_closed(world, op):
+    assert_protocol_error(protocol(world["engine"], world["token"], op), 403, "unauthorized")
+    # REST routes of the same operations too
+    assert_rest_error(cap(world, "POST", "/api/v1/labels/search", {}), 403, "unauthorized")
+
+
+def test_boundary_only_is_unrestricted(world):
+    other = "policy-free"
+    token = mint(claims("*", tenant=other))
+    r = protocol(world["engine"], DEV_TOKEN, {"kind": "policy", "policy": {"kind": "set", "mode": "BoundaryOnly",
+                                                                          "policy": {"allowedLabels": ["NONE"]}}}, tenant=other)
+    assert r.status_code == 200, r.text
+    assert call(world["engine"], token, "POST", "/api/v1/records", {"label": "ANY", "data": {"s": 1}}, tenant=other).status_code == 201
+    assert call(world["engine"], token, "POST", "/api/v1/labels/search", {}, tenant=other).json()["data"] == {"ANY": 1}

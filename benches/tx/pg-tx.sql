@@ -1,0 +1,12 @@
+BEGIN;
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+INSERT INTO records(label, props) VALUES ('ORDER', '{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}'::jsonb);
+COMMIT;

@@ -649,6 +649,23 @@ fn visit_candidates<R: KvRead>(
 ) -> Result<(u64, u64)> {
     let rec_key = |id: &Uuid| rstore::record_key(tenant, id);
     let (mut examined, mut total) = (0u64, 0u64);
+    // Top-level traversal blocks resolved from the related side admit only the records they
+    // reached (sure or maybe): any other candidate fails the filter, so it is skipped before
+    // its record is read (an index scan then costs key reads, not record reads).
+    let mut conj = Vec::new();
+    flatten(filter, &mut conj);
+    let gates: Vec<&crate::query::filter::Resolved> = conj
+        .iter()
+        .filter_map(|f| match f {
+            Filter::Related(r) => r.resolved.as_deref(),
+            _ => None,
+        })
+        .collect();
+    let admitted = |id: &Uuid| {
+        gates
+            .iter()
+            .all(|g| g.sure.contains(id) || g.maybe.contains(id))
+    };
     let walker = Walker::new(kv, tenant);
     let graph: &dyn Graph = &walker;
     let mut check = |r: Record| -> Result<()> {
@@ -662,7 +679,10 @@ fn visit_candidates<R: KvRead>(
     match access {
         Access::All => {
             kv.scan_prefix(&Key::tenant(tenant, keys::RECORD).0, false, &mut |k, v| {
-                check(codec::decode_record_fields(id_from_key(k)?, v, fields)?)?;
+                let id = id_from_key(k)?;
+                if admitted(&id) {
+                    check(codec::decode_record_fields(id, v, fields)?)?;
+                }
                 Ok(true)
             })?;
         }
@@ -674,6 +694,9 @@ fn visit_candidates<R: KvRead>(
                     false,
                     &mut |k, _| {
                         let id = id_from_key(k)?;
+                        if !admitted(&id) {
+                            return Ok(true);
+                        }
                         if let Some(v) = kv.get(&rec_key(&id))? {
                             check(codec::decode_record_fields(id, &v, fields)?)?;
                         }
@@ -694,7 +717,7 @@ fn visit_candidates<R: KvRead>(
             for (s, e) in &ia.ranges {
                 kv.scan(s, e, false, &mut |k, _| {
                     let id = id_from_key(k)?;
-                    if !ia.arrays || seen.insert(id) {
+                    if admitted(&id) && (!ia.arrays || seen.insert(id)) {
                         if let Some(v) = kv.get(&rec_key(&id))? {
                             check(codec::decode_record_fields(id, &v, fields)?)?;
                         }

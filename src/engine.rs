@@ -41,6 +41,8 @@ pub enum Transport {
     Rest,
     /// The Protocol v1 envelope: the header (where the transport has one) must equal `context.scope`.
     Protocol,
+    /// Protocol v1 over gRPC: as `Protocol` (metadata `x-service-tenant`), bootstrap token only.
+    Grpc,
 }
 
 /// What every front-end hands to the engine.
@@ -291,7 +293,7 @@ impl Engine {
         }
         let name = match env.transport {
             Transport::Rest => header,
-            Transport::Protocol => match (header, scope) {
+            Transport::Protocol | Transport::Grpc => match (header, scope) {
                 (Some(h), Some(s)) if h == s => Some(s),
                 (Some(_), Some(_)) => {
                     return Err(Error::new(
@@ -316,6 +318,7 @@ impl Engine {
     /// The single entry point of every front-end.
     pub async fn execute(&self, env: Envelope) -> Result<Outcome> {
         let principal = self.authenticate(env.credential.as_deref())?;
+        self.check_transport(&principal, env.transport)?;
         self.authorize(&principal, env.operation.permission())?;
         if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
             return Ok(Outcome::BuildInfo(self.build_info()));
@@ -350,6 +353,58 @@ impl Engine {
             (Some(true), Outcome::Record(r)) => Outcome::TransactionGet(r),
             (Some(_), _) => Outcome::TransactionStaged,
         })
+    }
+
+    /// SPEC.md: capability tokens are for HTTP; gRPC takes the bootstrap token only.
+    fn check_transport(&self, principal: &Principal, transport: Transport) -> Result<()> {
+        match (principal, transport) {
+            (Principal::Capability(_), Transport::Grpc) => Err(Error::new(
+                ErrorCode::Unauthenticated,
+                "gRPC accepts the bootstrap token only (capability tokens are for HTTP)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A `query records` answered whole, for streaming (gRPC `ExecuteStream`): not bound by
+    /// the 1000-row `limit` cap; without `limit` every match, in the query's order.
+    pub async fn query_all(&self, env: Envelope) -> Result<(Vec<Record>, u64)> {
+        let principal = self.authenticate(env.credential.as_deref())?;
+        self.check_transport(&principal, env.transport)?;
+        self.authorize(&principal, env.operation.permission())?;
+        let tenant = self.tenant(&env)?;
+        self.check_binding(&principal, &tenant)?;
+        let Operation::Query(QueryOp::Records(q)) = env.operation else {
+            return Err(Error::invalid(
+                "ExecuteStream streams `query records` operations; send others to Execute",
+            ));
+        };
+        let mut doc = q.query;
+        if doc.aggregate.is_some() || doc.select.is_some() || doc.group_by.is_some() {
+            return Err(Error::invalid(
+                "ExecuteStream streams records: aggregate, select and groupBy go to Execute",
+            ));
+        }
+        let offset = doc.offset.unwrap_or(0);
+        let limit = doc.limit;
+        if offset < 0 || limit.is_some_and(|l| l < 1) {
+            return Err(Error::invalid("query: offset must be >= 0 and limit >= 1"));
+        }
+        doc.offset = None;
+        doc.limit = None;
+        let mut spec = crate::query::lower(&doc, false)?.spec;
+        spec.offset = offset as usize;
+        spec.limit = limit.map(|l| l as usize);
+        let Some(t) = self.store.tenant_id(&tenant) else {
+            return Ok((vec![], 0));
+        };
+        let store = self.store.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            crate::query::exec::search(&store.snapshot()?, t, &spec)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("stream query task failed: {e}")))??;
+        Ok((out.records, out.total))
     }
 
     /// The tenant's policy guard, when its policy is enforced.

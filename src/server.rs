@@ -136,6 +136,17 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         limits: cfg.file.limits.clone(),
         flat_lists: cfg.file.rest.envelope == "flat",
     });
+    // gRPC: on a multitenant engine only loopback (SPEC.md "Tenant selection").
+    let grpc_addr = parse_addr("gRPC", &cfg.file.listen.grpc)?;
+    if cfg.file.multitenant && !grpc_addr.ip().is_loopback() {
+        return Err(format!(
+            "refusing to bind gRPC to non-loopback address {grpc_addr} on a multitenant engine (it takes only the bootstrap token)"
+        ));
+    }
+    let grpc_listener = tokio::net::TcpListener::bind(grpc_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {grpc_addr} (gRPC): {e}"))?;
+    let grpc_bound = grpc_listener.local_addr().map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(http_addr)
         .await
         .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
@@ -146,6 +157,18 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         cfg.file.data_dir.display(),
         mode.describe()
     ));
+    let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
+    let grpc = {
+        let (engine, limits) = (engine.clone(), cfg.file.limits.clone());
+        tokio::spawn(async move {
+            let stop = async {
+                let _ = grpc_stopped.await;
+            };
+            crate::wire::grpc::serve(engine, &limits, grpc_listener, stop).await
+        })
+    };
+    // gRPC first: the `listening http` line is the last one, once everything serves.
+    announce("grpc", grpc_bound);
     announce("http", bound);
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -178,11 +201,17 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
     }
     drop(listener);
     crate::log::info("shutting down: finishing in-flight requests");
+    let _ = grpc_stop.send(());
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
     {
         crate::log::warn("some connections did not finish in time");
+    }
+    match tokio::time::timeout(DRAIN_TIMEOUT, grpc).await {
+        Ok(Ok(Err(e))) => crate::log::warn(&e),
+        Err(_) => crate::log::warn("some gRPC calls did not finish in time"),
+        _ => {}
     }
     tokio::task::spawn_blocking(move || engine.store.shutdown())
         .await

@@ -2,4 +2,5 @@
 //! `Engine::execute`, and renders the outcome or the error. None of them touches the store,
 //! checks a permission or picks a tenant.
 
+pub mod grpc;
 pub mod http;

@@ -67,7 +67,7 @@ start_engine() {
   local dir=${1:-$BENCH_DIR/engine} name=${2:-engine}
   port_in_use "$ENGINE_PORT" && die "port $ENGINE_PORT is in use (set ENGINE_PORT)"
   "$ENGINE_BIN" serve --data-dir "$dir" --http-addr "127.0.0.1:$ENGINE_PORT" \
-    --token "$TOKEN" >"$RESULTS_DIR/$name.stdout" 2>"$RESULTS_DIR/$name.log" &
+    --grpc-addr "127.0.0.1:${ENGINE_GRPC_PORT:-0}" --token "$TOKEN" >"$RESULTS_DIR/$name.stdout" 2>"$RESULTS_DIR/$name.log" &
   ENGINE_PID=$!
   wait_listening "$RESULTS_DIR/$name.stdout" "$ENGINE_PID" engine
   log "engine listening on 127.0.0.1:$ENGINE_PORT (pid $ENGINE_PID, data $dir)"

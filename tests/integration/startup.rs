@@ -3,15 +3,9 @@
 use engine::store::keys::{Key, SYS_FORMAT};
 use engine::store::kv::KV;
 use engine::store::{codec, Store, TenancyMode, STORAGE_FORMAT_VERSION};
-use std::process::{Command, Stdio};
 
 fn serve(dir: &std::path::Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_engine"))
-        .args(["serve", "--http-addr", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run engine")
+    crate::serve_command(dir).output().expect("run engine")
 }
 
 /// A store stamped with another format version is refused at startup with SPEC.md's exact

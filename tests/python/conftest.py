@@ -2,7 +2,8 @@
 
 Every engine runs the real binary (``$ENGINE_BIN``, default ``target/debug/engine``) on a
 fresh temporary data directory, bound to ``127.0.0.1:0``; the bound port is read from the
-one ``listening http ADDR`` line the server prints on stdout. Logs (stderr) go to a file
+``listening grpc ADDR`` and ``listening http ADDR`` lines the server prints on stdout (gRPC also
+on port 0). Logs (stderr) go to a file
 next to the data directory so a failing test can show them.
 
 Fixtures:
@@ -81,6 +82,8 @@ class EngineProcess:
         self._token_flag = token
         self.extra_args = list(extra_args)
         self.http_addr = http_addr
+        self.grpc_addr = "127.0.0.1:0"
+        self.grpc_target: Optional[str] = None  # host:port of the gRPC listener once started
         self.proc: Optional[subprocess.Popen] = None
         self.url: Optional[str] = None
         self.starts = 0
@@ -91,7 +94,8 @@ class EngineProcess:
     # -- lifecycle ---------------------------------------------------------------------
 
     def argv(self) -> List[str]:
-        argv = [ENGINE_BIN, "serve", "--data-dir", str(self.data_dir), "--http-addr", self.http_addr]
+        argv = [ENGINE_BIN, "serve", "--data-dir", str(self.data_dir), "--http-addr", self.http_addr,
+                "--grpc-addr", self.grpc_addr]
         if self._token_flag is not None:
             argv += ["--token", self._token_flag]
         return argv + self.extra_args
@@ -136,6 +140,9 @@ class EngineProcess:
                 rc = proc.wait(timeout=STOP_TIMEOUT)
                 self.last_exit = rc
                 raise EngineStartError(f"engine exited with {rc} before listening\n{self.log()}")
+            if line.startswith("listening grpc "):
+                self.grpc_target = line[len("listening grpc "):].strip()
+                continue
             if line.startswith("listening http "):
                 addr = line[len("listening http "):].strip()
                 self.url = f"http://{addr}"

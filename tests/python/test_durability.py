@@ -182,9 +182,11 @@ def test_sigterm_right_after_listening_line_exits_0(tmp_path):
     """A supervisor may stop the server as soon as it has announced its address."""
     codes = []
     for i in range(40):
-        p = subprocess.Popen([ENGINE_BIN, "serve", "--data-dir", str(tmp_path / f"d{i}"), "--http-addr", "127.0.0.1:0"],
+        p = subprocess.Popen([ENGINE_BIN, "serve", "--data-dir", str(tmp_path / f"d{i}"), "--http-addr", "127.0.0.1:0",
+                              "--grpc-addr", "127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=engine_env())
         try:
+            assert p.stdout.readline().decode().startswith("listening grpc ")
             line = p.stdout.readline().decode()
             assert line.startswith("listening http "), line
             p.send_signal(signal.SIGTERM)

@@ -199,7 +199,13 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(service)
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // No Nagle delay: small answers must not wait for the client's delayed ACK.
+            tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+                if let Ok(s) = &s {
+                    let _ = s.set_nodelay(true);
+                }
+                s
+            }),
             shutdown,
         )
         .await

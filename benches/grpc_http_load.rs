@@ -1,0 +1,473 @@
+//! One load client for gRPC and HTTP (issue 8: gRPC vs HTTP, benches/run-grpc.sh), so both
+//! protocols are driven by the same code, the same runtime and the same operations.
+//!
+//!   grpc_http_load --mode grpc|http --target HOST:PORT --conc 32 --duration 10 \
+//!                  --workload get|search --ids FILE [--token dev-token] [--system NAME] [--round N]
+//!   grpc_http_load --mode null-grpc-server --listen 127.0.0.1:PORT
+//!
+//! Load modes: `conc` tasks on a tokio multi-thread runtime (worker threads = the CPUs this
+//! process may run on, so 1 under `taskset -c 0`), each on its own connection (HTTP: one
+//! keep-alive HTTP/1.1 connection per task, hyper `http1::handshake`; gRPC: one tonic Channel,
+//! i.e. one HTTP/2 connection, per task), each sending one request at a time. Both carry the
+//! identical Protocol v1 operation: gRPC `Execute` with `operation_json`, HTTP
+//! `POST /protocol/v1/execute` with `{"protocolVersion":1,"operation":...}`. Request bodies are
+//! built before the clock starts. Workloads, rotating over the N ids in FILE (task i starts at
+//! i*N/conc):
+//!   get     `{"kind":"query","query":{"kind":"record","id":ID}}`
+//!   search  `{"kind":"query","query":{"kind":"records","query":{"labels":["BENCH"],"predicate":{"n":K},"limit":10}}}`
+//!           with K = 0..N-1 (one match each on benches/run-grpc.sh's data)
+//! Success: HTTP 200 with the body read, or gRPC OK with the message decoded; everything else
+//! counts as an error. Connections are opened before the clock starts; a broken one is
+//! reopened (counted as an error). Prints one JSON line: requests, errors, rps, p50/p99 µs.
+//!
+//! `null-grpc-server`: the gRPC null-handler reference, mirror of benches/null_http.rs: an
+//! `engine.v1.Engine` service on the engine's own tonic server setup (`Server::builder()`,
+//! `serve_with_incoming` on a tokio listener) whose `Execute` answers every call at once with a
+//! constant Response. Prints `listening grpc ADDR` once bound; SIGTERM/SIGINT stop it.
+
+use bytes::Bytes;
+use engine::wire::grpc::pb;
+use engine::wire::grpc::pb::engine_client::EngineClient;
+use engine::wire::grpc::pb::engine_server::{Engine as EngineService, EngineServer};
+use http_body_util::{BodyExt, Full};
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+
+struct Args {
+    mode: String,
+    target: String,
+    listen: String,
+    conc: usize,
+    duration: f64,
+    workload: String,
+    ids: String,
+    token: String,
+    system: String,
+    round: u32,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: grpc_http_load --mode grpc|http --target HOST:PORT --conc N --duration SECONDS \
+         --workload get|search --ids FILE [--token T] [--system NAME] [--round N]\n\
+         \x20      grpc_http_load --mode null-grpc-server --listen HOST:PORT"
+    );
+    std::process::exit(2);
+}
+
+fn parse_args() -> Option<Args> {
+    let mut a = Args {
+        mode: String::new(),
+        target: String::new(),
+        listen: String::new(),
+        conc: 32,
+        duration: 10.0,
+        workload: "get".into(),
+        ids: String::new(),
+        token: "dev-token".into(),
+        system: String::new(),
+        round: 0,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut val = || it.next().unwrap_or_else(|| usage());
+        match k.as_str() {
+            "--mode" => a.mode = val(),
+            "--target" => a.target = val(),
+            "--listen" => a.listen = val(),
+            "--conc" => a.conc = val().parse().unwrap_or_else(|_| usage()),
+            "--duration" => a.duration = val().parse().unwrap_or_else(|_| usage()),
+            "--workload" => a.workload = val(),
+            "--ids" => a.ids = val(),
+            "--token" => a.token = val(),
+            "--system" => a.system = val(),
+            "--round" => a.round = val().parse().unwrap_or_else(|_| usage()),
+            // `cargo bench` passes --bench; ignore it.
+            "--bench" => {}
+            "-h" | "--help" => usage(),
+            other => {
+                eprintln!("grpc_http_load: unknown argument {other:?}");
+                usage();
+            }
+        }
+    }
+    // `cargo bench` runs every bench target with just `--bench`: nothing to do without a mode.
+    if a.mode.is_empty() {
+        println!("grpc_http_load: load client for benches/run-grpc.sh; see --help");
+        return None;
+    }
+    Some(a)
+}
+
+fn main() {
+    let Some(args) = parse_args() else { return };
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    match args.mode.as_str() {
+        "null-grpc-server" => rt.block_on(null_grpc_server(args.listen)),
+        "grpc" | "http" => rt.block_on(load(args, threads)),
+        other => {
+            eprintln!("grpc_http_load: unknown mode {other:?}");
+            usage();
+        }
+    }
+}
+
+// ------------------------------------------------------------------ null gRPC server
+
+struct NullEngine;
+
+const NULL_RESPONSE: &str = r#"{"success":true}"#;
+
+type NullStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::RecordBatch, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl EngineService for NullEngine {
+    async fn execute(
+        &self,
+        _req: tonic::Request<pb::Envelope>,
+    ) -> Result<tonic::Response<pb::Response>, tonic::Status> {
+        Ok(tonic::Response::new(pb::Response {
+            protocol_version: 1,
+            response_json: NULL_RESPONSE.to_string(),
+        }))
+    }
+
+    type ExecuteStreamStream = NullStream;
+
+    async fn execute_stream(
+        &self,
+        _req: tonic::Request<pb::Envelope>,
+    ) -> Result<tonic::Response<NullStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("null server"))
+    }
+
+    async fn ingest(
+        &self,
+        _req: tonic::Request<tonic::Streaming<pb::Envelope>>,
+    ) -> Result<tonic::Response<pb::IngestSummary>, tonic::Status> {
+        Err(tonic::Status::unimplemented("null server"))
+    }
+}
+
+async fn null_grpc_server(listen: String) {
+    if listen.is_empty() {
+        usage();
+    }
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .unwrap_or_else(|e| {
+            eprintln!("grpc_http_load: cannot listen on {listen}: {e}");
+            std::process::exit(1);
+        });
+    let bound = listener.local_addr().expect("local_addr");
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening grpc {bound}");
+        let _ = out.flush();
+    }
+    // Same server construction as the engine's wire::grpc::serve (without health/reflection).
+    tonic::transport::Server::builder()
+        .add_service(EngineServer::new(NullEngine))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await
+        .unwrap_or_else(|e| {
+            eprintln!("grpc_http_load: gRPC server: {e}");
+            std::process::exit(1);
+        });
+}
+
+// ------------------------------------------------------------------ load
+
+/// The operation JSON objects the run sends, one per id (get) or per K (search).
+fn operations(workload: &str, ids: &[String]) -> Vec<String> {
+    match workload {
+        "get" => ids
+            .iter()
+            .map(|id| {
+                serde_json::json!({"kind": "query", "query": {"kind": "record", "id": id}})
+                    .to_string()
+            })
+            .collect(),
+        "search" => (0..ids.len())
+            .map(|k| {
+                serde_json::json!({"kind": "query", "query": {"kind": "records",
+                    "query": {"labels": ["BENCH"], "predicate": {"n": k}, "limit": 10}}})
+                .to_string()
+            })
+            .collect(),
+        other => {
+            eprintln!("grpc_http_load: unknown workload {other:?}");
+            usage();
+        }
+    }
+}
+
+#[derive(Default)]
+struct TaskResult {
+    lat_us: Vec<u32>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl TaskResult {
+    fn error(&mut self, e: String) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e);
+        }
+    }
+}
+
+struct HttpConn {
+    send: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+}
+
+async fn http_connect(target: &str) -> Result<HttpConn, String> {
+    let stream = tokio::net::TcpStream::connect(target)
+        .await
+        .map_err(|e| format!("connect {target}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(HttpConn { send })
+}
+
+async fn grpc_connect(target: &str) -> Result<EngineClient<Channel>, String> {
+    let ch = Endpoint::from_shared(format!("http://{target}"))
+        .map_err(|e| e.to_string())?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| format!("connect {target}: {e}"))?;
+    Ok(EngineClient::new(ch).max_decoding_message_size(64 << 20))
+}
+
+enum Conn {
+    Http(HttpConn),
+    Grpc(EngineClient<Channel>),
+}
+
+async fn connect(mode: &str, target: &str) -> Result<Conn, String> {
+    if mode == "http" {
+        http_connect(target).await.map(Conn::Http)
+    } else {
+        grpc_connect(target).await.map(Conn::Grpc)
+    }
+}
+
+struct Shared {
+    mode: String,
+    target: String,
+    host: String,
+    auth: String,
+    auth_md: MetadataValue<Ascii>,
+    /// HTTP bodies: the full Protocol v1 envelope.
+    http_bodies: Vec<Bytes>,
+    /// gRPC: the operation JSON (the envelope's other fields are protobuf fields).
+    ops: Vec<String>,
+}
+
+/// One request; Ok(()) on success, Err((message, reconnect)) otherwise.
+async fn one(conn: &mut Conn, sh: &Shared, i: usize) -> Result<(), (String, bool)> {
+    match conn {
+        Conn::Http(c) => {
+            if c.send.ready().await.is_err() {
+                return Err(("connection closed".into(), true));
+            }
+            let req = hyper::Request::post("/protocol/v1/execute")
+                .header(hyper::header::HOST, &sh.host)
+                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .header(hyper::header::AUTHORIZATION, &sh.auth)
+                .body(Full::new(sh.http_bodies[i].clone()))
+                .expect("request");
+            let resp = c
+                .send
+                .send_request(req)
+                .await
+                .map_err(|e| (format!("send: {e}"), true))?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| (format!("body: {e}"), true))?
+                .to_bytes();
+            if status != hyper::StatusCode::OK {
+                return Err((
+                    format!("HTTP {status}: {}", String::from_utf8_lossy(&body)),
+                    false,
+                ));
+            }
+            Ok(())
+        }
+        Conn::Grpc(c) => {
+            let mut req = tonic::Request::new(pb::Envelope {
+                protocol_version: 1,
+                context: None,
+                operation_json: sh.ops[i].clone(),
+            });
+            req.metadata_mut()
+                .insert("authorization", sh.auth_md.clone());
+            match c.execute(req).await {
+                Ok(_) => Ok(()),
+                Err(s) => {
+                    let reconnect = matches!(s.code(), tonic::Code::Unavailable);
+                    Err((format!("gRPC {:?}: {}", s.code(), s.message()), reconnect))
+                }
+            }
+        }
+    }
+}
+
+async fn load(args: Args, threads: usize) {
+    if args.target.is_empty() || args.ids.is_empty() || args.conc == 0 {
+        usage();
+    }
+    let text = std::fs::read_to_string(&args.ids).unwrap_or_else(|e| {
+        eprintln!("grpc_http_load: cannot read {}: {e}", args.ids);
+        std::process::exit(1);
+    });
+    let ids: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if ids.is_empty() {
+        eprintln!("grpc_http_load: no ids in {}", args.ids);
+        std::process::exit(1);
+    }
+    let ops = operations(&args.workload, &ids);
+    let http_bodies = ops
+        .iter()
+        .map(|op| Bytes::from(format!(r#"{{"protocolVersion":1,"operation":{op}}}"#)))
+        .collect();
+    let auth = format!("Bearer {}", args.token);
+    let sh = Arc::new(Shared {
+        mode: args.mode.clone(),
+        target: args.target.clone(),
+        host: args.target.clone(),
+        auth_md: auth.parse().expect("token is not valid metadata"),
+        auth,
+        http_bodies,
+        ops,
+    });
+
+    // Open every connection first; the clock starts when all are up.
+    let mut conns = Vec::with_capacity(args.conc);
+    for _ in 0..args.conc {
+        match connect(&sh.mode, &sh.target).await {
+            Ok(c) => conns.push(c),
+            Err(e) => {
+                eprintln!("grpc_http_load: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let n = sh.ops.len();
+    let dur = Duration::from_secs_f64(args.duration);
+    let start = Instant::now();
+    let deadline = start + dur;
+    let mut handles = Vec::with_capacity(args.conc);
+    for (t, mut conn) in conns.into_iter().enumerate() {
+        let sh = sh.clone();
+        let mut i = t * n / args.conc;
+        handles.push(tokio::spawn(async move {
+            let mut r = TaskResult {
+                lat_us: Vec::with_capacity(1 << 16),
+                ..Default::default()
+            };
+            loop {
+                let t0 = Instant::now();
+                if t0 >= deadline {
+                    break;
+                }
+                match one(&mut conn, &sh, i).await {
+                    Ok(()) => {
+                        let us = t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                        r.lat_us.push(us);
+                    }
+                    Err((e, reconnect)) => {
+                        r.error(e);
+                        if reconnect {
+                            match connect(&sh.mode, &sh.target).await {
+                                Ok(c) => conn = c,
+                                Err(e) => {
+                                    r.error(e);
+                                    tokio::time::sleep(Duration::from_millis(50)).await;
+                                }
+                            }
+                        }
+                    }
+                }
+                i += 1;
+                if i == n {
+                    i = 0;
+                }
+            }
+            r
+        }));
+    }
+    let mut lat: Vec<u32> = Vec::new();
+    let mut errors = 0u64;
+    let mut first_error = None;
+    for h in handles {
+        let r = h.await.expect("task");
+        lat.extend_from_slice(&r.lat_us);
+        errors += r.errors;
+        if first_error.is_none() {
+            first_error = r.first_error;
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    let pct = |p: f64| -> u32 {
+        if lat.is_empty() {
+            return 0;
+        }
+        let k = ((p / 100.0) * lat.len() as f64).ceil() as usize;
+        lat[k.clamp(1, lat.len()) - 1]
+    };
+    let requests = lat.len() as u64;
+    let mean = if lat.is_empty() {
+        0.0
+    } else {
+        lat.iter().map(|&v| v as f64).sum::<f64>() / lat.len() as f64
+    };
+    if let Some(e) = &first_error {
+        eprintln!("grpc_http_load: {errors} error(s); first: {e}");
+    }
+    let line = serde_json::json!({
+        "round": args.round,
+        "system": args.system,
+        "mode": args.mode,
+        "workload": args.workload,
+        "conc": args.conc,
+        "threads": threads,
+        "duration_s": (elapsed * 1000.0).round() / 1000.0,
+        "requests": requests,
+        "errors": errors,
+        "rps": (requests as f64 / elapsed * 10.0).round() / 10.0,
+        "p50_us": pct(50.0),
+        "p99_us": pct(99.0),
+        "mean_us": mean.round(),
+        "max_us": lat.last().copied().unwrap_or(0),
+    });
+    println!("{line}");
+}

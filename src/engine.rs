@@ -317,14 +317,11 @@ impl Engine {
 
     /// The single entry point of every front-end.
     pub async fn execute(&self, env: Envelope) -> Result<Outcome> {
-        let principal = self.authenticate(env.credential.as_deref())?;
-        self.check_transport(&principal, env.transport)?;
-        self.authorize(&principal, env.operation.permission())?;
         if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
+            self.credential(&env)?; // tenant-less (BEHAVIOUR.md §7)
             return Ok(Outcome::BuildInfo(self.build_info()));
         }
-        let tenant = self.tenant(&env)?;
-        self.check_binding(&principal, &tenant)?;
+        let (principal, tenant) = self.admit(&env)?;
         // A Protocol v1 `stage` is the staged operation run inside its transaction.
         let (mut op, mut tx, mut staged_get) = (env.operation, env.transaction, None);
         if let Operation::Transaction(TransactionOp::Stage(s)) = op {
@@ -355,6 +352,23 @@ impl Engine {
         })
     }
 
+    /// The checks every operation passes, in SPEC.md's order: credential (and the transport
+    /// it may use), permission, tenant, and the credential's tenant binding.
+    fn admit(&self, env: &Envelope) -> Result<(Principal, Tenant)> {
+        let principal = self.credential(env)?;
+        let tenant = self.tenant(env)?;
+        self.check_binding(&principal, &tenant)?;
+        Ok((principal, tenant))
+    }
+
+    /// The credential, valid on this transport and holding the operation's permission.
+    fn credential(&self, env: &Envelope) -> Result<Principal> {
+        let principal = self.authenticate(env.credential.as_deref())?;
+        self.check_transport(&principal, env.transport)?;
+        self.authorize(&principal, env.operation.permission())?;
+        Ok(principal)
+    }
+
     /// SPEC.md: capability tokens are for HTTP; gRPC takes the bootstrap token only.
     fn check_transport(&self, principal: &Principal, transport: Transport) -> Result<()> {
         match (principal, transport) {
@@ -369,11 +383,7 @@ impl Engine {
     /// A `query records` answered whole, for streaming (gRPC `ExecuteStream`): not bound by
     /// the 1000-row `limit` cap; without `limit` every match, in the query's order.
     pub async fn query_all(&self, env: Envelope) -> Result<(Vec<Record>, u64)> {
-        let principal = self.authenticate(env.credential.as_deref())?;
-        self.check_transport(&principal, env.transport)?;
-        self.authorize(&principal, env.operation.permission())?;
-        let tenant = self.tenant(&env)?;
-        self.check_binding(&principal, &tenant)?;
+        let (_, tenant) = self.admit(&env)?;
         let Operation::Query(QueryOp::Records(q)) = env.operation else {
             return Err(Error::invalid(
                 "ExecuteStream streams `query records` operations; send others to Execute",

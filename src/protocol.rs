@@ -12,6 +12,16 @@ use serde_json::{Map, Value};
 
 pub const PROTOCOL_VERSION: i64 = 1;
 
+/// Refuses an envelope of another protocol version (400 `invalid_argument`).
+pub fn check_version(v: Option<i64>, shown: &dyn std::fmt::Display) -> crate::error::Result<()> {
+    if v == Some(PROTOCOL_VERSION) {
+        return Ok(());
+    }
+    Err(crate::error::Error::invalid(format!(
+        "unsupported protocolVersion {shown}; this engine speaks protocolVersion {PROTOCOL_VERSION}"
+    )))
+}
+
 /// Marks a nested decoding error so [`decode`] can join its path to the outer one.
 const PATH_MARK: char = '\u{1}';
 

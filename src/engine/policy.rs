@@ -363,16 +363,16 @@ impl Guard {
             Operation::Ingest(i) => {
                 match &i {
                     IngestOp::Documents(d) => {
-                        let cap = d
-                            .options
-                            .as_ref()
-                            .and_then(|o| o.capitalize_labels)
-                            .unwrap_or(false);
-                        if let Some(l) = d.label.as_deref().filter(|l| !l.is_empty()) {
-                            self.check_label(l)?;
-                        }
-                        for doc in &d.documents {
-                            self.check_nested_labels(doc, cap)?;
+                        // Every label the import would write, as the import itself plans it.
+                        let o = super::ingest::Options::parse(d.options.as_ref())?;
+                        let plan = crate::bulk::flatten(
+                            d.label.as_deref(),
+                            &d.documents,
+                            "documents",
+                            &o.flatten,
+                        )?;
+                        for r in &plan.records {
+                            self.check_label(&r.label)?;
                         }
                     }
                     IngestOp::Csv(c) => {
@@ -391,27 +391,6 @@ impl Guard {
             Operation::Mutate(m) => return fail_closed(&format!("mutate {}", m.kind_name())),
             other => return fail_closed(&other.name()),
         })
-    }
-
-    /// Labels an imported document would create (keys holding objects or arrays of objects).
-    fn check_nested_labels(&self, v: &Value, cap: bool) -> Result<()> {
-        let Value::Object(m) = v else { return Ok(()) };
-        for (k, child) in m {
-            let objects: Vec<&Value> = match child {
-                Value::Object(_) => vec![child],
-                Value::Array(a) if a.iter().any(Value::is_object) => a.iter().collect(),
-                _ => continue,
-            };
-            if k == "$vectors" {
-                continue;
-            }
-            let label = if cap { k.to_uppercase() } else { k.clone() };
-            self.check_label(&label)?;
-            for o in objects {
-                self.check_nested_labels(o, cap)?;
-            }
-        }
-        Ok(())
     }
 
     fn visible(&self, mut r: Record) -> Result<Record> {

@@ -112,11 +112,6 @@ impl Transactions {
             exp.insert(id, Instant::now());
         }
     }
-
-    /// Open transactions (for metrics and tests).
-    pub fn open_count(&self) -> usize {
-        self.open.lock().map(|o| o.len()).unwrap_or(0)
-    }
 }
 
 /// Record ids a write op changes (their committed versions join the transaction's set).
@@ -387,10 +382,16 @@ impl Engine {
             }
         }
         let n = ops.len();
-        let mut all = open.ops.clone();
-        all.extend(ops.iter().cloned());
-        let out = store::staged_view(&snap, &open.tenant, all, |_, _, out| Ok(out))?;
+        let staged = open.ops.len();
         open.ops.extend(ops);
+        let out =
+            match store::staged_view(&snap, &open.tenant, open.ops.clone(), |_, _, out| Ok(out)) {
+                Ok(out) => out,
+                Err(e) => {
+                    open.ops.truncate(staged); // refused: not staged
+                    return Err(e);
+                }
+            };
         let skip = out.len() - n;
         Ok(out.into_iter().skip(skip).collect())
     }

@@ -59,12 +59,7 @@ fn bearer(md: &MetadataMap) -> Option<String> {
 
 /// Decodes a gRPC envelope into the engine's, exactly as `/protocol/v1/execute` does.
 fn envelope(md: &MetadataMap, env: pb::Envelope) -> Result<Envelope, Error> {
-    if env.protocol_version != PROTOCOL_VERSION as u32 {
-        return Err(Error::invalid(format!(
-            "unsupported protocolVersion {}; this engine speaks protocolVersion {PROTOCOL_VERSION}",
-            env.protocol_version
-        )));
-    }
+    protocol::check_version(Some(env.protocol_version as i64), &env.protocol_version)?;
     let op: serde_json::Value = serde_json::from_str(&env.operation_json)
         .map_err(|e| Error::invalid(format!("operation_json: malformed JSON: {e}")))?;
     let operation: Operation = protocol::decode(op, "operation")?;

@@ -351,18 +351,18 @@ async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpRespons
     let result = async {
         // The credential is checked before the body is read or parsed.
         state.engine.authenticate(meta.credential.as_deref())?;
-        let body = parse_json(req.body(), &state.limits).map_err(|e| unparseable(state, &meta, e))?;
+        let body =
+            parse_json(req.body(), &state.limits).map_err(|e| unparseable(state, &meta, e))?;
         if let Some(v) = body.get("protocolVersion") {
-            if v.as_i64() != Some(PROTOCOL_VERSION) {
-                return Err(Error::invalid(format!(
-                    "unsupported protocolVersion {v}; this engine speaks protocolVersion {PROTOCOL_VERSION}"
-                )));
-            }
+            protocol::check_version(v.as_i64(), v)?;
         }
         let env: RequestEnvelope =
             protocol::decode(body, "body").map_err(|e| unparseable(state, &meta, e))?;
         let scope = env.context.and_then(|c| c.scope);
-        let outcome = state.engine.execute(meta.envelope(Transport::Protocol, scope, env.operation)).await?;
+        let outcome = state
+            .engine
+            .execute(meta.envelope(Transport::Protocol, scope, env.operation))
+            .await?;
         Ok(bytes_response(200, render::success_bytes(&outcome)))
     }
     .await;

@@ -192,30 +192,16 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     let path = req.uri().path().trim_end_matches('/').to_string();
     let segs: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
     // The credential is checked before any body is read or parsed.
-    let principal = match state.engine.authenticate(meta.credential.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            let template = if later_route(&method, &segs).is_some() {
-                "/api/v1/later"
-            } else {
-                "/api/v1"
-            };
-            return (template, rest_error(&e));
-        }
-    };
-    // A body that is not JSON at all needs `write` (SPEC.md "Permissions").
-    let body = req.body();
-    if !principal.allows(crate::protocol::Permission::Write)
-        && !body.iter().all(u8::is_ascii_whitespace)
-        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
-    {
-        if let Err(e) = state
-            .engine
-            .authorize_unparseable(meta.credential.as_deref())
-        {
-            return ("/api/v1", rest_error(&e));
-        }
+    if let Err(e) = state.engine.authenticate(meta.credential.as_deref()) {
+        let template = if later_route(&method, &segs).is_some() {
+            "/api/v1/later"
+        } else {
+            "/api/v1"
+        };
+        return (template, rest_error(&e));
     }
+    // Kept to decide, on a failed request, whether its body was unparseable (see below).
+    let body = req.body().clone();
     let (template, result) = match (&method, segs.as_slice()) {
         (&Method::POST, ["records"]) => ("/api/v1/records", create(state, &meta, req).await),
         (&Method::POST, ["records", "search"]) => {
@@ -283,8 +269,7 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
         (&Method::POST, ["properties", id, "values"]) => ("/api/v1/properties/{id}/values", {
             let id = id.to_string();
             async {
-                let b: ValuesBody =
-                    protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+                let b: ValuesBody = decode_body(state, &req)?;
                 let q = PropertyValuesQuery {
                     query: b.query,
                     order: b.order_by,
@@ -399,6 +384,18 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
             ),
         },
     };
+    // SPEC.md: a body that cannot be parsed needs `write`; the engine decides, and only a
+    // failed request pays for the check.
+    let result = result.map_err(|e| {
+        let unparseable = e.code == crate::error::ErrorCode::InvalidArgument
+            && !body.iter().all(u8::is_ascii_whitespace)
+            && serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_err();
+        if unparseable {
+            super::unparseable(state, &meta, e)
+        } else {
+            e
+        }
+    });
     (template, result.unwrap_or_else(|e| rest_error(&e)))
 }
 
@@ -420,6 +417,14 @@ fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static
     })
 }
 
+/// The request body, parsed (depth-checked) and decoded into a request type.
+pub(super) fn decode_body<T: serde::de::DeserializeOwned>(
+    state: &HttpState,
+    req: &Request<Bytes>,
+) -> Result<T> {
+    protocol::decode(parse_json(req.body(), &state.limits)?, "body")
+}
+
 pub(super) fn unexpected(o: Outcome) -> HttpResponse {
     rest_error(&Error::internal(format!(
         "unexpected outcome for route: {o:?}"
@@ -438,7 +443,7 @@ async fn create(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: CreateBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: CreateBody = decode_body(state, &req)?;
     let return_result = b
         .options
         .as_ref()
@@ -482,7 +487,7 @@ async fn search(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: SearchBody = decode_body(state, &req)?;
     let op = Operation::Query(QueryOp::Records(DocQuery {
         query: b.document(),
     }));
@@ -500,7 +505,7 @@ async fn delete_many(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: SearchBody = decode_body(state, &req)?;
     let op = Operation::Mutate(Mutation::DeleteRecords(DocQuery {
         query: b.document(),
     }));
@@ -518,7 +523,7 @@ async fn labels(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: SearchBody = decode_body(state, &req)?;
     let op = Operation::Describe(DescribeOp::Labels(DescribeQuery {
         query: Some(b.document()),
     }));
@@ -536,7 +541,7 @@ async fn properties(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: SearchBody = decode_body(state, &req)?;
     let op = Operation::Describe(DescribeOp::Properties(DescribeQuery {
         query: Some(b.document()),
     }));

@@ -1,17 +1,17 @@
 //! REST bulk routes (SPEC.md import/export), each a translation into one Protocol v1
 //! operation: JSON and CSV import -> `ingest`, CSV export -> `query exportCsv`.
 
-use super::{ok, run, unexpected, SearchBody};
+use super::{decode_body, ok, run, unexpected, SearchBody};
 use crate::engine::Outcome;
 use crate::error::{Error, Result};
 use crate::protocol::{
-    self, DocQuery, IngestCsv, IngestDocuments, IngestOp, Operation, QueryOp, WriteOptions,
+    DocQuery, IngestCsv, IngestDocuments, IngestOp, Operation, QueryOp, WriteOptions,
 };
-use crate::wire::http::{check_depth, parse_json, HttpResponse, HttpState, RequestMeta};
+use crate::wire::http::{check_depth, HttpResponse, HttpState, RequestMeta};
 use bytes::Bytes;
 use hyper::Request;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::protocol::render::Flat;
 
@@ -28,22 +28,6 @@ struct ImportJsonBody {
     parent_id: Option<String>,
     #[serde(default)]
     options: Option<WriteOptions>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ImportCsvBody {
-    data: String,
-    #[serde(default)]
-    label: Option<String>,
-    #[serde(default)]
-    parent_id: Option<String>,
-    #[serde(default)]
-    options: Option<WriteOptions>,
-    #[serde(default)]
-    parse_config: Option<Map<String, Value>>,
-    #[serde(default)]
-    vectors: Option<Vec<Value>>,
 }
 
 /// A string payload parsed per `format`: `json` (the default) is one JSON value,
@@ -95,7 +79,7 @@ pub async fn import_json(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: ImportJsonBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: ImportJsonBody = decode_body(state, &req)?;
     let label = b.label.filter(|l| !l.is_empty());
     let data = match b.data {
         Value::String(s) => parse_payload(&s, b.format.as_deref(), state)?,
@@ -132,16 +116,11 @@ pub async fn import_csv(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: ImportCsvBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
-    let op = Operation::Ingest(IngestOp::Csv(IngestCsv {
-        label: b.label,
-        data: b.data,
-        parse_config: b.parse_config,
-        options: b.options,
-        vectors: b.vectors,
-        parent_id: b.parent_id,
-    }));
-    Ok(imported(run(state, meta, op).await?))
+    // The body is the `ingest csv` payload itself (with the `parentId` extension).
+    let csv: IngestCsv = decode_body(state, &req)?;
+    Ok(imported(
+        run(state, meta, Operation::Ingest(IngestOp::Csv(csv))).await?,
+    ))
 }
 
 /// `POST /records/export/csv`: `{fileContent, dateTime}`.
@@ -150,7 +129,7 @@ pub async fn export_csv(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: SearchBody = decode_body(state, &req)?;
     let op = Operation::Query(QueryOp::ExportCsv(DocQuery {
         query: b.document(),
     }));

@@ -2,7 +2,7 @@
 //! v1 operation: attach -> `linkRecordsById`, detach -> `unlinkRecordsById`, create-many /
 //! delete-many -> `linkRecords` / `unlinkRecords`, list and search -> `query relationships`.
 
-use super::{list, ok, run, unexpected, SearchBody};
+use super::{decode_body, list, ok, run, unexpected, SearchBody};
 use crate::engine::Outcome;
 use crate::error::{Error, Result};
 use crate::protocol::{
@@ -190,7 +190,7 @@ pub async fn search(
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
     let (qs_skip, qs_limit) = query_paging(&req)?;
-    let b: RelSearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: RelSearchBody = decode_body(state, &req)?;
     let (source, target) = (b.source.unwrap_or_default(), b.target.unwrap_or_default());
     let op = Operation::Query(QueryOp::Relationships(RelationshipsQuery {
         query: RelationshipQuery {
@@ -255,7 +255,7 @@ pub async fn bulk(
     req: Request<Bytes>,
     delete: bool,
 ) -> Result<HttpResponse> {
-    let b: BulkBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: BulkBody = decode_body(state, &req)?;
     let command = LinkCommand {
         relation_type: b.rel_type,
         direction: b.direction,
@@ -289,7 +289,7 @@ pub async fn search_related(
     req: Request<Bytes>,
     id: &str,
 ) -> Result<HttpResponse> {
-    let b: SearchBody = protocol::decode(parse_json(req.body(), &state.limits)?, "body")?;
+    let b: SearchBody = decode_body(state, &req)?;
     let mut query = b.document();
     query.related_to = Some(id.to_string());
     let op = Operation::Query(QueryOp::Records(DocQuery { query }));

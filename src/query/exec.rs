@@ -11,7 +11,7 @@ use super::filter::{Bound, FieldPred, Filter, Graph, IdPred, Operand, RangeOp};
 use super::order::{self, OrderKey};
 use super::traverse::{self, Walker};
 use crate::error::{Error, Result};
-use crate::model::{PropType, Record, Scalar};
+use crate::model::{PropType, PropValue, Record, Scalar};
 use crate::store::codec;
 use crate::store::keys::{self, Key};
 use crate::store::kv::KvRead;
@@ -21,6 +21,8 @@ use uuid::Uuid;
 
 /// Index ranges are counted up to this many keys when estimating.
 const ESTIMATE_CAP: u64 = 20_000;
+/// A value-filtered index walk examines at most this many keys when estimating.
+const EXAMINE_CAP: u64 = 50_000;
 
 #[derive(Debug, Clone)]
 pub struct SearchSpec {
@@ -63,6 +65,92 @@ struct IndexAccess {
     answers: usize,
     /// All ranges lie in one label's part of one property index, in value order.
     single_run: bool,
+    /// A string predicate the index cannot seek (`$contains`, `$endsWith`): the ranges cover
+    /// the property's whole string run and only keys whose value passes are visited.
+    test: Option<FieldPred>,
+}
+
+/// A value-filtered walk skips the rest of a failing value's run (one B-tree descent) after
+/// this many of its keys; shorter runs are cheaper to read through.
+const SKIP_AFTER: u32 = 8;
+
+impl IndexAccess {
+    /// Visits the keys of `[s, e)` (a range of this access) in order or reverse, leaving out
+    /// keys whose value fails `test` (each distinct value is tested once). At most `budget`
+    /// keys are examined; returns (keys examined, whether the range was finished).
+    fn scan_range<R: KvRead>(
+        &self,
+        kv: &R,
+        (s, e): (&[u8], &[u8]),
+        reverse: bool,
+        budget: u64,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<(u64, bool)> {
+        let (mut examined, mut exhausted) = (0u64, false);
+        let Some(test) = &self.test else {
+            kv.scan(s, e, reverse, &mut |k, _| {
+                examined += 1;
+                if !visit(k)? {
+                    return Ok(false);
+                }
+                exhausted = examined >= budget;
+                Ok(!exhausted)
+            })?;
+            return Ok((examined, !exhausted));
+        };
+        // Invariant: the range starts with the value's tag byte (see `Planner::text_walk`).
+        let at = s.len() - 1;
+        let (mut lo, mut hi) = (s.to_vec(), e.to_vec());
+        loop {
+            let (mut last, mut pass, mut rejected) = (Vec::new(), false, 0u32);
+            let (mut skip, mut stopped) = (None::<Vec<u8>>, false);
+            kv.scan(&lo, &hi, reverse, &mut |k, _| {
+                examined += 1;
+                let value = k
+                    .get(at..k.len().saturating_sub(16))
+                    .ok_or_else(|| Error::internal("corrupt index key"))?;
+                if value != last.as_slice() {
+                    last = value.to_vec();
+                    pass = keys::read_string_value(value)
+                        .and_then(|b| String::from_utf8(b).ok())
+                        .is_some_and(|s| {
+                            test.eval(Some(&PropValue::scalar(PropType::String, Scalar::Str(s))))
+                        });
+                    rejected = 0;
+                }
+                if pass && !visit(k)? {
+                    stopped = true;
+                    return Ok(false);
+                }
+                if examined >= budget {
+                    exhausted = true;
+                    return Ok(false);
+                }
+                if !pass {
+                    rejected += 1;
+                    if rejected >= SKIP_AFTER {
+                        skip = Some(value.to_vec());
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            })?;
+            match skip {
+                Some(v) if !stopped && !exhausted => {
+                    // The value's keys are `prefix ++ value ++ id`: all lie in
+                    // [prefix ++ value, prefix_end(prefix ++ value)).
+                    let mut vk = s[..at].to_vec();
+                    vk.extend_from_slice(&v);
+                    if reverse {
+                        hi = vk;
+                    } else {
+                        lo = keys::prefix_end(&vk);
+                    }
+                }
+                _ => return Ok((examined, !exhausted)),
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -203,6 +291,7 @@ impl<R: KvRead> Planner<'_, R> {
             ranges,
             arrays,
             answers: 1,
+            test: None,
         }))
     }
 
@@ -229,6 +318,7 @@ impl<R: KvRead> Planner<'_, R> {
                 arrays: false,
                 answers: bounds.len(),
                 single_run: true,
+                test: None,
             }));
         };
         let (labels, arrays) = self.prop_labels(&pid)?;
@@ -270,6 +360,7 @@ impl<R: KvRead> Planner<'_, R> {
             ranges,
             arrays,
             answers,
+            test: None,
         }))
     }
 
@@ -286,6 +377,7 @@ impl<R: KvRead> Planner<'_, R> {
                 arrays: false,
                 answers: 1,
                 single_run: true,
+                test: None,
             }));
         };
         let (labels, arrays) = self.prop_labels(&pid)?;
@@ -305,21 +397,72 @@ impl<R: KvRead> Planner<'_, R> {
             ranges,
             arrays,
             answers: 1,
+            test: None,
         }))
     }
 
-    fn count_ranges(&self, ranges: &[(Vec<u8>, Vec<u8>)], cap: u64) -> Result<u64> {
-        let mut n = 0;
-        for (s, e) in ranges {
-            self.kv.scan(s, e, false, &mut |_, _| {
+    /// A walk of the property's whole string run in each label, keeping the keys whose value
+    /// passes `pred` (an exact answer for string predicates the index cannot seek).
+    fn text_walk(&self, field: &str, pred: &FieldPred) -> Result<Option<IndexAccess>> {
+        // Datetime values match text predicates by their text, and the index holds instants.
+        if self.prop_id(field, PropType::Datetime)?.is_some() {
+            return Ok(None);
+        }
+        let (ranges, labels, arrays) = match self.prop_id(field, PropType::String)? {
+            None => (vec![], vec![], false),
+            Some(pid) => {
+                let (labels, arrays) = self.prop_labels(&pid)?;
+                let ranges = labels
+                    .iter()
+                    .map(|l| {
+                        let mut start = self.base(&pid, l);
+                        keys::push_string_prefix(&mut start, "");
+                        let end = keys::prefix_end(&start);
+                        (start, end)
+                    })
+                    .collect();
+                (ranges, labels, arrays)
+            }
+        };
+        Ok(Some(IndexAccess {
+            describe: format!("index value walk on {field}"),
+            field: field.into(),
+            single_run: labels.len() <= 1,
+            ranges,
+            arrays,
+            answers: 1,
+            test: Some(pred.clone()),
+        }))
+    }
+
+    /// Counts the keys an access visits, up to `cap`. A value-filtered walk examines at most
+    /// `EXAMINE_CAP` keys and extrapolates from the share that passed.
+    fn count_keys(&self, ia: &IndexAccess, cap: u64) -> Result<u64> {
+        let (mut n, mut examined, mut finished) = (0u64, 0u64, true);
+        for (s, e) in &ia.ranges {
+            let budget = if ia.test.is_some() {
+                EXAMINE_CAP - examined
+            } else {
+                u64::MAX
+            };
+            let (x, done) = ia.scan_range(self.kv, (s, e), false, budget, &mut |_| {
                 n += 1;
                 Ok(n < cap)
             })?;
+            examined += x;
             if n >= cap {
+                return Ok(n);
+            }
+            if !done {
+                finished = false;
                 break;
             }
         }
-        Ok(n)
+        if finished || examined == 0 {
+            return Ok(n);
+        }
+        let total = self.label_total()?.max(examined);
+        Ok(((n as f64 / examined as f64) * total as f64).ceil() as u64)
     }
 
     fn label_total(&self) -> Result<u64> {
@@ -376,6 +519,9 @@ impl<R: KvRead> Planner<'_, R> {
                 Filter::Field(name, FieldPred::StartsWith(s)) => {
                     options.extend(self.prefix(name, s)?)
                 }
+                Filter::Field(name, p @ (FieldPred::Contains(_) | FieldPred::EndsWith(_))) => {
+                    options.extend(self.text_walk(name, p)?)
+                }
                 Filter::Field(name, FieldPred::Range(..))
                     if !range_fields.contains(&name.as_str()) =>
                 {
@@ -407,10 +553,7 @@ impl<R: KvRead> Planner<'_, R> {
             }
         }
         for ia in options {
-            let est = self.count_ranges(
-                &ia.ranges,
-                ESTIMATE_CAP.min(best.1.saturating_add(1)).max(1),
-            )?;
+            let est = self.count_keys(&ia, ESTIMATE_CAP.min(best.1.saturating_add(1)).max(1))?;
             if est < best.1 || (est == best.1 && !matches!(best.0, Access::Ids(_))) {
                 let answers = ia.answers;
                 best = (Access::Index(ia), est, answers);
@@ -582,7 +725,7 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
                 let mut ids = Vec::new();
                 let mut seen = HashSet::new();
                 for (s, e) in &ia.ranges {
-                    kv.scan(s, e, false, &mut |k, _| {
+                    ia.scan_range(kv, (s, e), false, u64::MAX, &mut |k| {
                         let id = id_from_key(k)?;
                         if !ia.arrays || seen.insert(id) {
                             ids.push(id);
@@ -715,7 +858,7 @@ fn visit_candidates<R: KvRead>(
         Access::Index(ia) => {
             let mut seen = HashSet::new();
             for (s, e) in &ia.ranges {
-                kv.scan(s, e, false, &mut |k, _| {
+                ia.scan_range(kv, (s, e), false, u64::MAX, &mut |k| {
                     let id = id_from_key(k)?;
                     if admitted(&id) && (!ia.arrays || seen.insert(id)) {
                         if let Some(v) = kv.get(&rec_key(&id))? {
@@ -846,7 +989,7 @@ fn index_ordered<R: KvRead>(
         page.append(group);
     };
     for (s, e) in &ranges {
-        kv.scan(s, e, desc, &mut |k, _| {
+        ia.scan_range(kv, (s, e), desc, u64::MAX, &mut |k| {
             let id = id_from_key(k)?;
             if ia.arrays && !seen.insert(id) {
                 return Ok(true);

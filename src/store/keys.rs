@@ -209,6 +209,14 @@ pub fn push_string_prefix(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+/// The text of an index value written by `push_scalar` for a string (None for other types).
+pub fn read_string_value(v: &[u8]) -> Option<Vec<u8>> {
+    match v.split_first() {
+        Some((&TAG_STRING, rest)) => read_escaped(rest).map(|(s, _)| s),
+        _ => None,
+    }
+}
+
 /// The smallest key strictly greater than every key starting with `prefix`.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();

@@ -1072,10 +1072,14 @@ def test_explain_label_scan_without_where(module_api, codes):
     _plan_shape(plan)
     assert "label scan" in plan["access"], plan
     assert plan["actualRows"] == 50 and plan["returnedRows"] == 10
-    plan = explain(module_api, {"labels": [label], "predicate": {"name": {"$contains": "4"}}})
+    plan = explain(module_api, {"labels": [label], "predicate": {"name": {"$ne": "n4"}}})
     assert "label scan" in plan["access"], plan
+    assert plan["actualRows"] == 49
+    # $contains walks the name index by value instead of reading records
+    plan = explain(module_api, {"labels": [label], "predicate": {"name": {"$contains": "4"}}})
+    assert plan["access"] == "index value walk on name", plan
     # n4, n14, n24, n34 and n40..n49
-    assert plan["actualRows"] == 14
+    assert plan["actualRows"] == 14 and plan["examinedRows"] == 14
 
 
 def test_explain_unknown_label_and_no_match(module_api, codes):
@@ -1090,3 +1094,102 @@ def test_explain_invalid_query_is_400(module_api):
     r = module_api.protocol({"kind": "describe", "describe": {"kind": "explain", "query": {
         "predicate": {"a": {"$gt": "abc"}}}}})
     assert_protocol_error(r, 400, "invalid_argument", message_contains=["$gt"])
+
+
+# ---------------------------------------------------------------------------------------
+# $contains / $endsWith answered by a value walk of the property index
+# ---------------------------------------------------------------------------------------
+
+WALK_CITIES = ["Lima", "Malmö", "Amsterdam", "MANILA", "Oslo", "Rome", "Tampa", "Ñuñoa", "Kraków",
+               "Omaha", "Boston", "Dakar"]
+
+
+@pytest.fixture(scope="module")
+def walk(module_api):
+    """(label, docs, ids): long runs of equal cities (so failing runs are skipped, not read),
+    plus arrays, numbers and missing values that a text predicate must not match."""
+    label = unique("WALK")
+    docs = []
+    for i in range(230):
+        if i % 23 == 5:
+            doc = {"n": i, "city": [WALK_CITIES[i % 12], WALK_CITIES[(i + 3) % 12]]}
+        elif i % 23 == 7:
+            doc = {"n": i, "city": i}
+        elif i % 23 == 9:
+            doc = {"n": i}
+        else:
+            # quadratic skew: a few long runs and several short ones
+            doc = {"n": i, "city": WALK_CITIES[(i * i) % 12]}
+        docs.append(doc)
+    ids = seed(module_api, label, docs)
+    # Same property under another label: must stay out of a labelled search.
+    seed(module_api, unique("WALKX"), [{"city": "Lima"}, {"city": "Malmö"}])
+    return label, docs, ids
+
+
+def _texts(doc):
+    c = doc.get("city")
+    vals = c if isinstance(c, list) else [c]
+    return [v for v in vals if isinstance(v, str)]
+
+
+@pytest.mark.parametrize("op,needle", [
+    ("$contains", "ma"), ("$contains", "MA"), ("$contains", "ö"), ("$contains", "ÑU"),
+    ("$contains", "zzz"), ("$contains", ""), ("$endsWith", "a"), ("$endsWith", "Lima"),
+    ("$endsWith", "ow"),
+])
+def test_text_predicates_walk_the_index(module_api, walk, op, needle):
+    label, docs, ids = walk
+
+    def match(doc):
+        if op == "$contains":
+            return any(needle.lower() in t.lower() for t in _texts(doc))
+        return any(t.endswith(needle) for t in _texts(doc))
+
+    want = [ids[i] for i, d in enumerate(docs) if match(d)]
+    where = {"city": {op: needle}}
+    page = rest_find(module_api, {"labels": [label], "where": where, "limit": 1000})
+    assert page["total"] == len(want)
+    assert [r["__id"] for r in page["data"]] == sorted(want, reverse=True)
+    # paged, default order (newest first)
+    page = rest_find(module_api, {"labels": [label], "where": where, "skip": 3, "limit": 5})
+    assert page["total"] == len(want)
+    assert [r["__id"] for r in page["data"]] == sorted(want, reverse=True)[3:8]
+    # ordered by another field: the walk feeds the top-k
+    page = rest_find(module_api, {"labels": [label], "where": where, "orderBy": {"n": "asc"},
+                                  "skip": 2, "limit": 4})
+    assert page["total"] == len(want)
+    assert [r["__id"] for r in page["data"]] == want[2:6]
+    plan = explain(module_api, {"labels": [label], "predicate": where})
+    assert plan["access"] == "index value walk on city", plan
+    assert plan["covered"] is True and plan["actualRows"] == len(want), plan
+
+
+def test_text_walk_in_index_order_on_the_same_field(module_api):
+    label = unique("WALKO")
+    names = ["Lima", "Malmö", "Amsterdam", "MANILA", "Oslo", "Tampa", "Omaha"]
+    docs = [{"city": names[(i * 3) % len(names)]} for i in range(70)]
+    ids = seed(module_api, label, docs)
+    where = {"city": {"$contains": "ma"}}
+    rows = [(d["city"], ids[i]) for i, d in enumerate(docs) if "ma" in d["city"].lower()]
+    for direction in ("asc", "desc"):
+        # values in code-point order, ties by id descending (BEHAVIOUR.md §2)
+        order = sorted(rows, key=lambda r: r[1], reverse=True)
+        order = sorted(order, key=lambda r: r[0], reverse=direction == "desc")
+        page = rest_find(module_api, {"labels": [label], "where": where,
+                                      "orderBy": {"city": direction}, "skip": 4, "limit": 11})
+        assert page["total"] == len(rows)
+        assert [r["__id"] for r in page["data"]] == [i for _, i in order[4:15]], direction
+        plan = explain(module_api, {"labels": [label], "predicate": where,
+                                    "order": {"city": direction}, "limit": 3})
+        assert plan["indexOrder"] is True, plan
+
+
+def test_text_walk_not_used_when_a_datetime_shares_the_name(module_api):
+    label = unique("WALKD")
+    ids = seed(module_api, label, [{"when": "2024-01-02T00:00:00Z"}, {"when": "May 2024"},
+                                   {"when": "never"}])
+    page = rest_find(module_api, {"labels": [label], "where": {"when": {"$contains": "2024"}}})
+    assert sorted(r["__id"] for r in page["data"]) == sorted(ids[:2])
+    plan = explain(module_api, {"labels": [label], "predicate": {"when": {"$contains": "2024"}}})
+    assert "walk" not in plan["access"], plan

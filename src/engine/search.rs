@@ -30,6 +30,11 @@ fn binder<'a, R: crate::store::kv::KvRead>(
     }
 }
 
+/// Threads one large scan may use: the machine's cores, at most 8.
+fn scan_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
 /// Largest number of records one bulk delete removes in a single write batch.
 const DELETE_CHUNK: usize = 50_000;
 
@@ -110,6 +115,41 @@ impl Engine {
                 let out = query::aggregate::per_record(&agg, &records, render::flat_record, &bind);
                 walker.finish()?;
                 return Ok(out);
+            }
+            if let Some(mut groups) = query::aggregate::ScalarGroups::new(&agg) {
+                let fields: Vec<String> = groups.fields().to_vec();
+                let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+                let labels = &q.spec.labels;
+                if matches!(q.spec.filter, Filter::True)
+                    && (labels.is_empty() || exec::sequential_label_scan(&snap, t, labels)?)
+                {
+                    // No filter and a large share of the records: one parallel pass over
+                    // the record table reading borrowed fields.
+                    let parts = exec::scan_fields_parallel(
+                        &snap,
+                        t,
+                        labels,
+                        &fields,
+                        scan_threads(),
+                        &|| groups.fresh(),
+                        &|g, refs| g.add_encoded(refs),
+                    )?;
+                    parts.into_iter().for_each(|p| groups.merge(p));
+                } else {
+                    exec::for_each_match(
+                        &snap,
+                        t,
+                        labels,
+                        &q.spec.filter,
+                        Some(&fields),
+                        &mut |r| {
+                            groups.add_record(&r);
+                            Ok(())
+                        },
+                    )?;
+                }
+                walker.finish()?;
+                return Ok(groups.finish());
             }
             let fields = query::aggregate::fields(&agg);
             let fields: Vec<&str> = fields.iter().map(String::as_str).collect();

@@ -11,7 +11,8 @@ use super::filter::{instant_of, num_cmp};
 use super::order::elem_cmp;
 use crate::error::{Error, Result};
 use crate::model::datetime::{self, Instant};
-use crate::model::{PropType, Record, Scalar};
+use crate::model::{PropType, PropValue, Record, Scalar};
+use crate::store::codec::{FieldRef, ScalarRef};
 use serde_json::{json, Map, Value};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -445,47 +446,69 @@ struct Acc {
 
 impl Acc {
     fn add(&mut self, def: &AggDef, r: &Record) {
-        self.count += 1;
         if def.field.is_none() && matches!(def.func, AggFn::Collect { .. }) {
+            self.count += 1;
             self.records
                 .push((r.id, crate::protocol::render::flat_record(r)));
             return;
         }
-        let Some(v) = def.field.as_ref().and_then(|f| r.props.get(f)) else {
+        let v = def.field.as_ref().and_then(|f| r.props.get(f));
+        self.add_value(def, v.map(Field::Decoded).as_ref());
+    }
+
+    /// Counts one record and folds in the elements of its value of the aggregate's field.
+    fn add_value(&mut self, def: &AggDef, v: Option<&Field<'_>>) {
+        self.count += 1;
+        let Some(v) = v else {
             return;
         };
-        for e in &v.items {
-            match &def.func {
-                AggFn::Sum | AggFn::Avg { .. } if v.ty == PropType::Number => {
-                    self.n += 1;
-                    match e {
-                        Scalar::Int(i) => self.int_sum += *i as i128,
-                        Scalar::Float(f) => {
-                            self.float_sum += f;
-                            self.any_float = true;
-                        }
-                        _ => {}
+        let ty = v.ty();
+        v.for_each(|e| match &def.func {
+            AggFn::Sum | AggFn::Avg { .. } if ty == PropType::Number => {
+                self.n += 1;
+                match e {
+                    ScalarRef::Int(i) => self.int_sum += i as i128,
+                    ScalarRef::Float(f) => {
+                        self.float_sum += f;
+                        self.any_float = true;
                     }
+                    _ => {}
                 }
-                AggFn::Min | AggFn::Max => {
-                    let better = match &self.best {
-                        None => true,
-                        Some((bt, b)) => {
-                            let o = elem_cmp(v.ty, e, *bt, b);
-                            if def.func == AggFn::Min {
-                                o == Ordering::Less
-                            } else {
-                                o == Ordering::Greater
-                            }
-                        }
-                    };
-                    if better {
-                        self.best = Some((v.ty, e.clone()));
-                    }
-                }
-                AggFn::Collect { .. } => self.items.push((v.ty, e.clone())),
-                _ => {}
             }
+            AggFn::Min | AggFn::Max => self.offer(def, ty, e.to_owned()),
+            AggFn::Collect { .. } => self.items.push((ty, e.to_owned())),
+            _ => {}
+        });
+    }
+
+    /// Keeps `e` when it beats the current min (or max).
+    fn offer(&mut self, def: &AggDef, ty: PropType, e: Scalar) {
+        let better = match &self.best {
+            None => true,
+            Some((bt, b)) => {
+                let o = elem_cmp(ty, &e, *bt, b);
+                if def.func == AggFn::Min {
+                    o == Ordering::Less
+                } else {
+                    o == Ordering::Greater
+                }
+            }
+        };
+        if better {
+            self.best = Some((ty, e));
+        }
+    }
+
+    /// Folds in another accumulator of the same aggregate over other records (parallel
+    /// partitions). Only the mergeable functions use it: count, sum, avg, min and max.
+    fn merge(&mut self, def: &AggDef, other: Acc) {
+        self.count += other.count;
+        self.int_sum += other.int_sum;
+        self.float_sum += other.float_sum;
+        self.any_float |= other.any_float;
+        self.n += other.n;
+        if let Some((ty, e)) = other.best {
+            self.offer(def, ty, e);
         }
     }
 
@@ -804,7 +827,13 @@ impl<'a> Grouper<'a> {
                 }
                 Dim::Prop(p) => match r.props.get(p) {
                     Some(v) if v.array && !v.items.is_empty() => {
-                        v.items.iter().map(Scalar::to_json).collect()
+                        let mut vals: Vec<Value> = Vec::new();
+                        for j in v.items.iter().map(Scalar::to_json) {
+                            if !vals.contains(&j) {
+                                vals.push(j);
+                            }
+                        }
+                        vals
                     }
                     Some(v) if !v.array => vec![v.to_json()],
                     _ => vec![Value::Null],
@@ -835,26 +864,348 @@ impl<'a> Grouper<'a> {
     }
 
     pub fn finish(self) -> (Vec<Value>, u64) {
-        let agg = self.agg;
-        let mut rows = Vec::with_capacity(self.groups.len());
-        for (_, (dims, accs)) in self.groups {
-            let mut row = Map::new();
-            for ((name, _), v) in agg.dims.iter().zip(dims) {
-                row.insert(name.clone(), v);
+        rows_of(self.agg, self.groups.into_values())
+    }
+}
+
+/// One row per group (dimension values and aggregate results), ordered by the dimensions
+/// unless the aggregation orders otherwise, then paged.
+fn rows_of(
+    agg: &Aggregation,
+    groups: impl Iterator<Item = (Vec<Value>, Vec<Acc>)>,
+) -> (Vec<Value>, u64) {
+    let mut rows = Vec::new();
+    for (dims, accs) in groups {
+        let mut row = Map::new();
+        for ((name, _), v) in agg.dims.iter().zip(dims) {
+            row.insert(name.clone(), v);
+        }
+        for (acc, d) in accs.iter().zip(&agg.defs) {
+            if !matches!(d.func, AggFn::TimeBucket { .. }) {
+                row.insert(d.name.clone(), acc.value(d));
             }
-            for (acc, d) in accs.iter().zip(&agg.defs) {
-                if !matches!(d.func, AggFn::TimeBucket { .. }) {
-                    row.insert(d.name.clone(), acc.value(d));
+        }
+        rows.push(row);
+    }
+    if agg.order.is_empty() {
+        let dims: Vec<(String, bool)> = agg.dims.iter().map(|(n, _)| (n.clone(), false)).collect();
+        sort_rows(&mut rows, &dims);
+    }
+    page(agg, rows)
+}
+
+/// A property value as the aggregation reads it: decoded, or still in the record's bytes.
+#[derive(Clone, Copy)]
+pub enum Field<'a> {
+    Decoded(&'a PropValue),
+    Encoded(FieldRef<'a>),
+}
+
+impl<'a> Field<'a> {
+    fn ty(&self) -> PropType {
+        match self {
+            Field::Decoded(v) => v.ty,
+            Field::Encoded(f) => f.ty,
+        }
+    }
+    fn array(&self) -> bool {
+        match self {
+            Field::Decoded(v) => v.array,
+            Field::Encoded(f) => f.array,
+        }
+    }
+    fn count(&self) -> usize {
+        match self {
+            Field::Decoded(v) => v.items.len(),
+            Field::Encoded(f) => f.count,
+        }
+    }
+    fn for_each(&self, mut f: impl FnMut(ScalarRef<'_>)) {
+        match self {
+            Field::Decoded(v) => v.items.iter().for_each(|e| f(e.into())),
+            // Invariant: encoded fields come from values the store wrote; a corrupt one is
+            // reported by the decoding scan that produced it, so errors here are not expected.
+            Field::Encoded(r) => {
+                let _ = r.for_each(f);
+            }
+        }
+    }
+}
+
+/// Appends a value's group-key encoding: equal exactly when the values' JSON texts are equal
+/// (what `Grouper` keys by), so both groupers form the same groups.
+fn push_key(key: &mut Vec<u8>, e: Option<ScalarRef<'_>>) {
+    match e {
+        None => key.push(b'n'),
+        Some(ScalarRef::Str(s)) => {
+            key.push(b's');
+            key.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            key.extend_from_slice(s.as_bytes());
+        }
+        Some(ScalarRef::Int(i)) => {
+            key.push(b'i');
+            key.extend_from_slice(&i.to_le_bytes());
+        }
+        Some(ScalarRef::Float(f)) => {
+            key.push(b'f');
+            key.extend_from_slice(&f.to_bits().to_le_bytes());
+        }
+        Some(ScalarRef::Bool(b)) => {
+            key.push(b'b');
+            key.push(u8::from(b));
+        }
+    }
+}
+
+fn key_json(e: Option<ScalarRef<'_>>) -> Value {
+    e.map_or(Value::Null, |e| e.to_owned().to_json())
+}
+
+/// Up to this many groups are found by comparing keys in turn rather than by hashing.
+const LINEAR_GROUPS: usize = 16;
+
+/// Grouped aggregation for the common shape: every dimension is a property of the record
+/// itself and every aggregate is count, sum, avg, min or max over the record. Groups are
+/// keyed by the values' bytes (no JSON per record), records are read as borrowed fields,
+/// and partial results over disjoint records merge, so a scan can be split across threads.
+/// Produces exactly the rows `Grouper` produces.
+pub struct ScalarGroups<'a> {
+    agg: &'a Aggregation,
+    /// Field of each dimension, then of each aggregate (None: count without a field), as
+    /// indexes into `fields`.
+    dim_slots: Vec<usize>,
+    def_slots: Vec<Option<usize>>,
+    fields: Vec<String>,
+    index: std::collections::HashMap<Vec<u8>, usize>,
+    groups: Vec<(Vec<u8>, Vec<Value>, Vec<Acc>)>,
+    key: Vec<u8>,
+}
+
+impl<'a> ScalarGroups<'a> {
+    /// None when the aggregation has another shape (aliases, time buckets, collect, no
+    /// dimensions): `Grouper` handles those.
+    pub fn new(agg: &'a Aggregation) -> Option<Self> {
+        if agg.dims.is_empty() {
+            return None;
+        }
+        let mut fields: Vec<String> = Vec::new();
+        let mut slot = |name: &str| match fields.iter().position(|f| f == name) {
+            Some(i) => i,
+            None => {
+                fields.push(name.to_string());
+                fields.len() - 1
+            }
+        };
+        let mut dim_slots = Vec::new();
+        for (_, d) in &agg.dims {
+            match d {
+                Dim::Prop(p) => dim_slots.push(slot(p)),
+                _ => return None,
+            }
+        }
+        let mut def_slots = Vec::new();
+        for d in &agg.defs {
+            let mergeable = matches!(
+                d.func,
+                AggFn::Count | AggFn::Sum | AggFn::Avg { .. } | AggFn::Min | AggFn::Max
+            );
+            if d.alias.is_some() || !mergeable {
+                return None;
+            }
+            def_slots.push(d.field.as_deref().map(&mut slot));
+        }
+        Some(ScalarGroups {
+            agg,
+            dim_slots,
+            def_slots,
+            fields,
+            index: Default::default(),
+            groups: Vec::new(),
+            key: Vec::new(),
+        })
+    }
+
+    /// The properties to read, in slot order (`add` takes them in this order).
+    pub fn fields(&self) -> &[String] {
+        &self.fields
+    }
+
+    /// An empty accumulator for the same aggregation (one per parallel partition).
+    pub fn fresh(&self) -> Self {
+        ScalarGroups {
+            agg: self.agg,
+            dim_slots: self.dim_slots.clone(),
+            def_slots: self.def_slots.clone(),
+            fields: self.fields.clone(),
+            index: Default::default(),
+            groups: Vec::new(),
+            key: Vec::new(),
+        }
+    }
+
+    /// Adds a decoded record (which holds at least `fields()`).
+    pub fn add_record(&mut self, r: &Record) {
+        let values: Vec<Option<Field<'_>>> = self
+            .fields
+            .iter()
+            .map(|f| r.props.get(f).map(Field::Decoded))
+            .collect();
+        self.add(&values);
+    }
+
+    /// Adds a record given as borrowed fields, in `fields()` order.
+    pub fn add_encoded(&mut self, refs: &[Option<FieldRef<'_>>]) {
+        let mut stack = [None; crate::query::exec::STACK_FIELDS];
+        let heap: Vec<Option<Field<'_>>>;
+        let values = if refs.len() <= stack.len() {
+            for (v, r) in stack.iter_mut().zip(refs) {
+                *v = r.map(Field::Encoded);
+            }
+            &stack[..refs.len()]
+        } else {
+            heap = refs.iter().map(|r| r.map(Field::Encoded)).collect();
+            &heap[..]
+        };
+        self.add(values);
+    }
+
+    /// Adds one record, given its values of `fields()` in order.
+    pub fn add(&mut self, values: &[Option<Field<'_>>]) {
+        // A dimension on an array makes one group per element (an empty array: null).
+        let multi = self.dim_slots.iter().any(|&i| {
+            values[i]
+                .as_ref()
+                .is_some_and(|v| v.array() && v.count() > 1)
+        });
+        if !multi {
+            let mut key = std::mem::take(&mut self.key);
+            key.clear();
+            for &i in &self.dim_slots {
+                let mut first = None;
+                if let Some(v) = &values[i] {
+                    v.for_each(|e| {
+                        if first.is_none() {
+                            push_key(&mut key, Some(e));
+                            first = Some(());
+                        }
+                    });
+                }
+                if first.is_none() {
+                    push_key(&mut key, None);
                 }
             }
-            rows.push(row);
+            let g = self.group(&key, values, &[]);
+            self.key = key;
+            self.feed(g, values);
+            return;
         }
-        if agg.order.is_empty() {
-            let dims: Vec<(String, bool)> =
-                agg.dims.iter().map(|(n, _)| (n.clone(), false)).collect();
-            sort_rows(&mut rows, &dims);
+        // Rare: the cross product of each dimension's distinct elements.
+        let mut combos: Vec<(Vec<u8>, Vec<Value>)> = vec![(Vec::new(), Vec::new())];
+        for &i in &self.dim_slots {
+            let mut elems: Vec<(Vec<u8>, Value)> = Vec::new();
+            if let Some(v) = &values[i] {
+                v.for_each(|e| {
+                    let mut k = Vec::new();
+                    push_key(&mut k, Some(e));
+                    if !elems.iter().any(|(x, _)| *x == k) {
+                        elems.push((k, key_json(Some(e))));
+                    }
+                });
+            }
+            if elems.is_empty() {
+                let mut k = Vec::new();
+                push_key(&mut k, None);
+                elems.push((k, Value::Null));
+            }
+            combos = combos
+                .into_iter()
+                .flat_map(|(k, j)| {
+                    elems.iter().map(move |(ek, ej)| {
+                        let (mut k, mut j) = (k.clone(), j.clone());
+                        k.extend_from_slice(ek);
+                        j.push(ej.clone());
+                        (k, j)
+                    })
+                })
+                .collect();
         }
-        page(agg, rows)
+        for (k, j) in combos {
+            let g = self.group(&k, values, &j);
+            self.feed(g, values);
+        }
+    }
+
+    /// The group of `key`, made on first sight (dimension values from `json`, or from the
+    /// record's first elements when `json` is empty).
+    fn group(&mut self, key: &[u8], values: &[Option<Field<'_>>], json: &[Value]) -> usize {
+        // Few groups (the usual case): comparing short keys beats hashing them.
+        if self.groups.len() <= LINEAR_GROUPS {
+            if let Some(g) = self.groups.iter().position(|(k, _, _)| k == key) {
+                return g;
+            }
+        } else if let Some(&g) = self.index.get(key) {
+            return g;
+        }
+        let dims: Vec<Value> = if json.is_empty() {
+            self.dim_slots
+                .iter()
+                .map(|&i| {
+                    let mut first = None;
+                    if let Some(v) = &values[i] {
+                        v.for_each(|e| {
+                            if first.is_none() {
+                                first = Some(key_json(Some(e)));
+                            }
+                        });
+                    }
+                    first.unwrap_or(Value::Null)
+                })
+                .collect()
+        } else {
+            json.to_vec()
+        };
+        self.groups.push((
+            key.to_vec(),
+            dims,
+            vec![Acc::default(); self.agg.defs.len()],
+        ));
+        self.index.insert(key.to_vec(), self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+
+    fn feed(&mut self, g: usize, values: &[Option<Field<'_>>]) {
+        let accs = &mut self.groups[g].2;
+        for ((acc, d), slot) in accs.iter_mut().zip(&self.agg.defs).zip(&self.def_slots) {
+            acc.add_value(d, slot.and_then(|i| values[i].as_ref()));
+        }
+    }
+
+    /// Folds in the groups of another partition.
+    pub fn merge(&mut self, other: ScalarGroups<'_>) {
+        for (key, dims, accs) in other.groups {
+            let g = match self.index.get(&key) {
+                Some(&g) => g,
+                None => {
+                    self.groups.push((
+                        key.clone(),
+                        dims,
+                        vec![Acc::default(); self.agg.defs.len()],
+                    ));
+                    self.index.insert(key, self.groups.len() - 1);
+                    self.groups.len() - 1
+                }
+            };
+            for ((acc, d), o) in self.groups[g].2.iter_mut().zip(&self.agg.defs).zip(accs) {
+                acc.merge(d, o);
+            }
+        }
+    }
+
+    pub fn finish(self) -> (Vec<Value>, u64) {
+        rows_of(
+            self.agg,
+            self.groups.into_iter().map(|(_, dims, accs)| (dims, accs)),
+        )
     }
 }
 

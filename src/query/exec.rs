@@ -829,6 +829,19 @@ fn visit_candidates<R: KvRead>(
                 Ok(true)
             })?;
         }
+        Access::Labels(ls) if sequential_label_scan(kv, tenant, ls)? => {
+            kv.scan_prefix(&Key::tenant(tenant, keys::RECORD).0, false, &mut |k, v| {
+                let label = codec::record_label(v)?;
+                if !ls.iter().any(|l| l.as_bytes() == label) {
+                    return Ok(true);
+                }
+                let id = id_from_key(k)?;
+                if admitted(&id) {
+                    check(codec::decode_record_fields(id, v, fields)?)?;
+                }
+                Ok(true)
+            })?;
+        }
         Access::Labels(ls) => {
             let mut seen = HashSet::new();
             for l in ls.iter().filter(|l| seen.insert(*l)) {
@@ -873,6 +886,117 @@ fn visit_candidates<R: KvRead>(
     walker.finish()?;
     Ok((examined, total))
 }
+
+/// Reads every record of `labels` (all labels when empty) front to back through the record
+/// table, on up to `threads` threads over disjoint id ranges, and gives each worker's own
+/// state the record's `fields` (borrowed from the stored bytes, nothing decoded or
+/// allocated). Returns the workers' states; which records each saw is unspecified, so the
+/// caller merges states that do not depend on order (counts, sums, extremes).
+pub fn scan_fields_parallel<R: KvRead + Sync, S: Send>(
+    kv: &R,
+    tenant: u64,
+    labels: &[String],
+    fields: &[&str],
+    threads: usize,
+    init: &(dyn Fn() -> S + Sync),
+    visit: &(dyn Fn(&mut S, &[Option<codec::FieldRef<'_>>]) + Sync),
+) -> Result<Vec<S>> {
+    let prefix = Key::tenant(tenant, keys::RECORD).0;
+    let end = keys::prefix_end(&prefix);
+    let mut ends = [None::<u128>; 2];
+    for (i, rev) in [false, true].into_iter().enumerate() {
+        kv.scan_prefix(&prefix, rev, &mut |k, _| {
+            ends[i] = Some(id_from_key(k)?.as_u128());
+            Ok(false)
+        })?;
+    }
+    let (Some(first), Some(last)) = (ends[0], ends[1]) else {
+        return Ok(vec![]);
+    };
+    // Ids are time-ordered: equal slices of the id span hold roughly equal numbers of records
+    // when writes were steady; more chunks than threads evens out the rest.
+    let threads = threads.max(1);
+    let chunks: u128 = if threads == 1 {
+        1
+    } else {
+        16 * threads as u128
+    };
+    let bound = |i: u128| -> Vec<u8> {
+        if i == 0 {
+            return prefix.clone();
+        }
+        if i >= chunks {
+            return end.clone();
+        }
+        let at = first + (last - first) / chunks * i;
+        let mut k = prefix.clone();
+        k.extend_from_slice(&at.to_be_bytes());
+        k
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || -> Result<S> {
+        let mut state = init();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as u128;
+            if i >= chunks {
+                return Ok(state);
+            }
+            kv.scan(&bound(i), &bound(i + 1), false, &mut |_, v| {
+                // The refs borrow this value: a stack buffer per record, no allocation.
+                let mut stack = [None; STACK_FIELDS];
+                let mut heap;
+                let refs = if fields.len() <= STACK_FIELDS {
+                    &mut stack[..fields.len()]
+                } else {
+                    heap = vec![None; fields.len()];
+                    &mut heap[..]
+                };
+                if !labels.is_empty() {
+                    let label = codec::record_label(v)?;
+                    if !labels.iter().any(|l| l.as_bytes() == label) {
+                        return Ok(true);
+                    }
+                }
+                codec::record_fields(v, fields, refs)?;
+                visit(&mut state, refs);
+                Ok(true)
+            })?;
+        }
+    };
+    std::thread::scope(|scope| {
+        let others: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut out = vec![work()?];
+        for h in others {
+            out.push(
+                h.join()
+                    .map_err(|_| Error::internal("scan worker panicked"))??,
+            );
+        }
+        Ok(out)
+    })
+}
+
+/// Fields read per record without a heap buffer (see `scan_fields_parallel`).
+pub const STACK_FIELDS: usize = 16;
+
+/// Whether a label scan reads the record table front to back (testing each record's label)
+/// rather than looking up each id of the label index: a lookup is a B-tree descent, several
+/// times the cost of stepping to the next record, so a large share of the records is read
+/// faster in sequence.
+pub fn sequential_label_scan<R: KvRead>(kv: &R, tenant: u64, labels: &[String]) -> Result<bool> {
+    let counts = rstore::label_counts(kv, tenant)?;
+    let all: u64 = counts.iter().map(|(_, n)| n).sum();
+    let mut seen = HashSet::new();
+    let wanted: u64 = counts
+        .iter()
+        .filter(|(l, _)| labels.contains(l) && seen.insert(l))
+        .map(|(_, n)| n)
+        .sum();
+    Ok(wanted.saturating_mul(SEQUENTIAL_SHARE) >= all)
+}
+
+/// A label scan reads the records in sequence when its labels hold at least 1/N of them.
+const SEQUENTIAL_SHARE: u64 = 6;
 
 /// Streams every record in `labels` (all labels when empty) matching `filter`, decoded with
 /// only `fields` (None: all) and the label, in no particular order. For aggregation, bulk

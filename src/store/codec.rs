@@ -31,11 +31,13 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     fn u8(&mut self) -> Result<u8> {
         let (&x, rest) = self.b.split_first().ok_or_else(|| corrupt("truncated"))?;
         self.b = rest;
         Ok(x)
     }
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.b.len() < n {
             return Err(corrupt("truncated"));
@@ -49,7 +51,15 @@ impl<'a> Reader<'a> {
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_be_bytes(a))
     }
+    #[inline]
     fn varint(&mut self) -> Result<u64> {
+        // Lengths and counts are nearly always below 128: one byte.
+        if let Some((&b, rest)) = self.b.split_first() {
+            if b < 0x80 {
+                self.b = rest;
+                return Ok(u64::from(b));
+            }
+        }
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
@@ -60,6 +70,7 @@ impl<'a> Reader<'a> {
         }
         Err(corrupt("varint"))
     }
+    #[inline]
     fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.varint()? as usize;
         self.take(n)
@@ -69,6 +80,7 @@ impl<'a> Reader<'a> {
     }
 }
 
+#[inline]
 fn check_format(r: &mut Reader) -> Result<()> {
     match r.u8()? {
         VALUE_FORMAT => Ok(()),
@@ -193,33 +205,13 @@ pub fn decode_record_fields(id: Uuid, b: &[u8], wanted: Option<&[&str]>) -> Resu
             Some(w) => w.iter().any(|f| f.as_bytes() == name),
         };
         if !keep {
-            for _ in 0..count {
-                match ty {
-                    PropType::String | PropType::Datetime => {
-                        r.bytes()?;
-                    }
-                    PropType::Boolean => {
-                        r.u8()?;
-                    }
-                    PropType::Number => {
-                        r.u8()?;
-                        r.u64()?;
-                    }
-                }
-            }
+            skip_elems(&mut r, ty, count)?;
             continue;
         }
         let name = String::from_utf8(name.to_vec()).map_err(|_| corrupt("utf-8"))?;
         let mut items = Vec::with_capacity(count.min(1024) as usize);
         for _ in 0..count {
-            items.push(match ty {
-                PropType::String | PropType::Datetime => Scalar::Str(r.string()?),
-                PropType::Boolean => Scalar::Bool(r.u8()? != 0),
-                PropType::Number => match r.u8()? {
-                    0 => Scalar::Int(r.u64()? as i64),
-                    _ => Scalar::Float(f64::from_bits(r.u64()?)),
-                },
-            });
+            items.push(read_elem(&mut r, ty)?.to_owned());
         }
         props.insert(name, PropValue { ty, array, items });
     }
@@ -230,6 +222,132 @@ pub fn decode_record_fields(id: Uuid, b: &[u8], wanted: Option<&[&str]>) -> Resu
         version,
         props,
     })
+}
+
+/// One scalar of an encoded record, borrowed from the value bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarRef<'a> {
+    Str(&'a str),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl ScalarRef<'_> {
+    pub fn to_owned(self) -> Scalar {
+        match self {
+            ScalarRef::Str(s) => Scalar::Str(s.to_string()),
+            ScalarRef::Int(i) => Scalar::Int(i),
+            ScalarRef::Float(f) => Scalar::Float(f),
+            ScalarRef::Bool(b) => Scalar::Bool(b),
+        }
+    }
+}
+
+impl<'a> From<&'a Scalar> for ScalarRef<'a> {
+    fn from(s: &'a Scalar) -> Self {
+        match s {
+            Scalar::Str(s) => ScalarRef::Str(s),
+            Scalar::Int(i) => ScalarRef::Int(*i),
+            Scalar::Float(f) => ScalarRef::Float(*f),
+            Scalar::Bool(b) => ScalarRef::Bool(*b),
+        }
+    }
+}
+
+/// One property of an encoded record, borrowed: its elements are decoded on demand.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldRef<'a> {
+    pub ty: PropType,
+    pub array: bool,
+    pub count: usize,
+    raw: &'a [u8],
+}
+
+impl<'a> FieldRef<'a> {
+    /// Calls `f` with each element in order.
+    pub fn for_each(&self, mut f: impl FnMut(ScalarRef<'a>)) -> Result<()> {
+        let mut r = Reader { b: self.raw };
+        for _ in 0..self.count {
+            f(read_elem(&mut r, self.ty)?);
+        }
+        Ok(())
+    }
+}
+
+fn read_elem<'a>(r: &mut Reader<'a>, ty: PropType) -> Result<ScalarRef<'a>> {
+    Ok(match ty {
+        PropType::String | PropType::Datetime => {
+            ScalarRef::Str(std::str::from_utf8(r.bytes()?).map_err(|_| corrupt("utf-8"))?)
+        }
+        PropType::Boolean => ScalarRef::Bool(r.u8()? != 0),
+        PropType::Number => match r.u8()? {
+            0 => ScalarRef::Int(r.u64()? as i64),
+            _ => ScalarRef::Float(f64::from_bits(r.u64()?)),
+        },
+    })
+}
+
+fn skip_elems(r: &mut Reader, ty: PropType, count: u64) -> Result<()> {
+    for _ in 0..count {
+        match ty {
+            PropType::String | PropType::Datetime => {
+                r.bytes()?;
+            }
+            PropType::Boolean => {
+                r.u8()?;
+            }
+            PropType::Number => {
+                r.take(9)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Finds the `wanted` properties of an encoded record without allocating: `out[i]` becomes
+/// the property named `wanted[i]` (None when absent). Returns the label's bytes.
+pub fn record_fields<'a>(
+    b: &'a [u8],
+    wanted: &[&str],
+    out: &mut [Option<FieldRef<'a>>],
+) -> Result<&'a [u8]> {
+    out.iter_mut().for_each(|o| *o = None);
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    r.take(16)?;
+    let label = r.bytes()?;
+    let n = r.varint()?;
+    for _ in 0..n {
+        let name = r.bytes()?;
+        let ty = PropType::from_tag(r.u8()?).ok_or_else(|| corrupt("type tag"))?;
+        let array = r.u8()? != 0;
+        let count = r.varint()?;
+        let start = r.b;
+        skip_elems(&mut r, ty, count)?;
+        // First byte, then the rest: most names differ in their first byte.
+        let same = |w: &&str| {
+            let w = w.as_bytes();
+            w.len() == name.len() && w.first() == name.first() && w == name
+        };
+        if let Some(i) = wanted.iter().position(same) {
+            out[i] = Some(FieldRef {
+                ty,
+                array,
+                count: count as usize,
+                raw: &start[..start.len() - r.b.len()],
+            });
+        }
+    }
+    Ok(label)
+}
+
+/// The label of an encoded record, without decoding the rest.
+pub fn record_label(b: &[u8]) -> Result<&[u8]> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    r.take(16)?;
+    r.bytes()
 }
 
 pub fn decode_record(id: Uuid, b: &[u8]) -> Result<Record> {

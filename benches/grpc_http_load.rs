@@ -115,7 +115,7 @@ fn main() {
         .expect("runtime");
     match args.mode.as_str() {
         "null-grpc-server" => rt.block_on(null_grpc_server(args.listen)),
-        "grpc" | "http" => rt.block_on(load(args, threads)),
+        "grpc" | "grpc-tonic" | "http" => rt.block_on(load(args, threads)),
         other => {
             eprintln!("grpc_http_load: unknown mode {other:?}");
             usage();
@@ -248,6 +248,81 @@ async fn http_connect(target: &str) -> Result<HttpConn, String> {
     Ok(HttpConn { send })
 }
 
+/// gRPC on the same client library as HTTP: one hyper HTTP/2 connection, the call framed by
+/// hand (`POST /engine.v1.Engine/Execute`, a 5-byte length prefix before the protobuf
+/// message, `grpc-status` in the trailers). Leaves tonic's client (a buffer task per channel)
+/// out of the comparison; the server is the engine's tonic server either way.
+struct H2Conn {
+    send: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+}
+
+async fn h2_connect(target: &str) -> Result<H2Conn, String> {
+    let stream = tokio::net::TcpStream::connect(target)
+        .await
+        .map_err(|e| format!("connect {target}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(H2Conn { send })
+}
+
+/// One gRPC message frame: uncompressed flag, big-endian length, the encoded message.
+fn grpc_frame(msg: &impl prost::Message) -> Bytes {
+    let body = msg.encode_to_vec();
+    let mut out = Vec::with_capacity(5 + body.len());
+    out.push(0);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Bytes::from(out)
+}
+
+async fn h2_call(c: &mut H2Conn, sh: &Shared, i: usize) -> Result<(), (String, bool)> {
+    if c.send.ready().await.is_err() {
+        return Err(("connection closed".into(), true));
+    }
+    let req = hyper::Request::post(format!("http://{}/engine.v1.Engine/Execute", sh.host))
+        .header(hyper::header::CONTENT_TYPE, "application/grpc")
+        .header("te", "trailers")
+        .header(hyper::header::AUTHORIZATION, &sh.auth)
+        .body(Full::new(sh.grpc_frames[i].clone()))
+        .expect("request");
+    let resp = c
+        .send
+        .send_request(req)
+        .await
+        .map_err(|e| (format!("send: {e}"), true))?;
+    let (parts, body) = resp.into_parts();
+    let collected = body
+        .collect()
+        .await
+        .map_err(|e| (format!("body: {e}"), true))?;
+    // grpc-status comes in the trailers, or in the headers of a trailers-only answer.
+    let status = collected
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .or_else(|| parts.headers.get("grpc-status"))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("missing")
+        .to_string();
+    let data = collected.to_bytes();
+    if parts.status != hyper::StatusCode::OK || status != "0" {
+        return Err((format!("HTTP {} grpc-status {status}", parts.status), false));
+    }
+    if data.len() < 5 {
+        return Err(("short gRPC message".into(), false));
+    }
+    <pb::Response as prost::Message>::decode(&data[5..])
+        .map_err(|e| (format!("decode: {e}"), false))?;
+    Ok(())
+}
+
 async fn grpc_connect(target: &str) -> Result<EngineClient<Channel>, String> {
     let ch = Endpoint::from_shared(format!("http://{target}"))
         .map_err(|e| e.to_string())?
@@ -260,14 +335,15 @@ async fn grpc_connect(target: &str) -> Result<EngineClient<Channel>, String> {
 
 enum Conn {
     Http(HttpConn),
+    H2(H2Conn),
     Grpc(EngineClient<Channel>),
 }
 
 async fn connect(mode: &str, target: &str) -> Result<Conn, String> {
-    if mode == "http" {
-        http_connect(target).await.map(Conn::Http)
-    } else {
-        grpc_connect(target).await.map(Conn::Grpc)
+    match mode {
+        "http" => http_connect(target).await.map(Conn::Http),
+        "grpc" => h2_connect(target).await.map(Conn::H2),
+        _ => grpc_connect(target).await.map(Conn::Grpc),
     }
 }
 
@@ -281,6 +357,8 @@ struct Shared {
     http_bodies: Vec<Bytes>,
     /// gRPC: the operation JSON (the envelope's other fields are protobuf fields).
     ops: Vec<String>,
+    /// gRPC over hyper: each Envelope already framed.
+    grpc_frames: Vec<Bytes>,
 }
 
 /// One request; Ok(()) on success, Err((message, reconnect)) otherwise.
@@ -316,6 +394,7 @@ async fn one(conn: &mut Conn, sh: &Shared, i: usize) -> Result<(), (String, bool
             }
             Ok(())
         }
+        Conn::H2(c) => h2_call(c, sh, i).await,
         Conn::Grpc(c) => {
             let mut req = tonic::Request::new(pb::Envelope {
                 protocol_version: 1,
@@ -358,6 +437,16 @@ async fn load(args: Args, threads: usize) {
         .iter()
         .map(|op| Bytes::from(format!(r#"{{"protocolVersion":1,"operation":{op}}}"#)))
         .collect();
+    let grpc_frames = ops
+        .iter()
+        .map(|op| {
+            grpc_frame(&pb::Envelope {
+                protocol_version: 1,
+                context: None,
+                operation_json: op.clone(),
+            })
+        })
+        .collect();
     let auth = format!("Bearer {}", args.token);
     let sh = Arc::new(Shared {
         mode: args.mode.clone(),
@@ -367,6 +456,7 @@ async fn load(args: Args, threads: usize) {
         auth,
         http_bodies,
         ops,
+        grpc_frames,
     });
 
     // Open every connection first; the clock starts when all are up.

@@ -18,6 +18,23 @@ pub struct FileConfig {
     pub listen: Listen,
     pub limits: Limits,
     pub rest: Rest,
+    pub storage: Storage,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Storage {
+    /// Pages the store keeps in memory (its read cache), MiB. The operating system's page
+    /// cache holds the data file as well.
+    pub cache_mb: u64,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage {
+            cache_mb: crate::store::DEFAULT_CACHE_MB,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,6 +75,7 @@ impl Default for FileConfig {
             listen: Listen::default(),
             limits: Limits::default(),
             rest: Rest::default(),
+            storage: Storage::default(),
         }
     }
 }
@@ -134,6 +152,9 @@ impl FileConfig {
         }
         if !(1..=128).contains(&self.limits.max_json_depth) {
             return Err("limits.max_json_depth must be between 1 and 128".into());
+        }
+        if !(16..=1 << 20).contains(&self.storage.cache_mb) {
+            return Err("storage.cache_mb must be between 16 and 1048576".into());
         }
         if self.limits.max_body_bytes == 0 || self.limits.request_timeout_ms == 0 {
             return Err(

@@ -117,10 +117,12 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         TenancyMode::Single
     };
     let data_dir = cfg.file.data_dir.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&data_dir, mode))
-        .await
-        .map_err(|e| format!("store open task failed: {e}"))?
-        .map_err(|e| e.message)?;
+    let cache_mb = cfg.file.storage.cache_mb;
+    let store =
+        tokio::task::spawn_blocking(move || Store::open_with_cache(&data_dir, mode, cache_mb))
+            .await
+            .map_err(|e| format!("store open task failed: {e}"))?
+            .map_err(|e| e.message)?;
     let engine = Arc::new(Engine::new(
         store,
         EngineConfig {

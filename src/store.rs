@@ -99,10 +99,18 @@ fn startup(msg: impl Into<String>) -> Error {
     Error::new(crate::error::ErrorCode::Internal, msg)
 }
 
+/// The store's default read cache, MiB (`storage.cache_mb`).
+pub const DEFAULT_CACHE_MB: u64 = 1024;
+
 impl Store {
     /// Opens or creates the store in `dir`. Refuses another storage format version or the
     /// other tenancy mode with the messages SPEC.md and BEHAVIOUR.md §7 give.
     pub fn open(dir: &Path, mode: TenancyMode) -> Result<Store> {
+        Self::open_with_cache(dir, mode, DEFAULT_CACHE_MB)
+    }
+
+    /// `open` with a read cache of `cache_mb` MiB.
+    pub fn open_with_cache(dir: &Path, mode: TenancyMode, cache_mb: u64) -> Result<Store> {
         std::fs::create_dir_all(dir).map_err(|e| {
             startup(format!(
                 "cannot create data directory {}: {e}",
@@ -111,6 +119,7 @@ impl Store {
         })?;
         let path = dir.join("engine.redb");
         let db = redb::Database::builder()
+            .set_cache_size(usize::try_from(cache_mb << 20).unwrap_or(usize::MAX))
             .create(&path)
             .map_err(|e| startup(format!("cannot open store {}: {e}", path.display())))?;
         let (mut wal, frames) = wal::Wal::open(dir)?;

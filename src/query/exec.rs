@@ -953,7 +953,7 @@ pub fn scan_fields_parallel<R: KvRead + Sync, S: Send>(
                 };
                 if !labels.is_empty() {
                     let label = codec::record_label(v)?;
-                    if !labels.iter().any(|l| l.as_bytes() == label) {
+                    if !labels.iter().any(|l| codec::short_eq(l.as_bytes(), label)) {
                         return Ok(true);
                     }
                 }

@@ -31,13 +31,13 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    #[inline]
+    #[inline(always)]
     fn u8(&mut self) -> Result<u8> {
         let (&x, rest) = self.b.split_first().ok_or_else(|| corrupt("truncated"))?;
         self.b = rest;
         Ok(x)
     }
-    #[inline]
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.b.len() < n {
             return Err(corrupt("truncated"));
@@ -51,7 +51,7 @@ impl<'a> Reader<'a> {
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_be_bytes(a))
     }
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
         // Lengths and counts are nearly always below 128: one byte.
         if let Some((&b, rest)) = self.b.split_first() {
@@ -70,7 +70,7 @@ impl<'a> Reader<'a> {
         }
         Err(corrupt("varint"))
     }
-    #[inline]
+    #[inline(always)]
     fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.varint()? as usize;
         self.take(n)
@@ -80,7 +80,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn check_format(r: &mut Reader) -> Result<()> {
     match r.u8()? {
         VALUE_FORMAT => Ok(()),
@@ -325,12 +325,7 @@ pub fn record_fields<'a>(
         let count = r.varint()?;
         let start = r.b;
         skip_elems(&mut r, ty, count)?;
-        // First byte, then the rest: most names differ in their first byte.
-        let same = |w: &&str| {
-            let w = w.as_bytes();
-            w.len() == name.len() && w.first() == name.first() && w == name
-        };
-        if let Some(i) = wanted.iter().position(same) {
+        if let Some(i) = wanted.iter().position(|w| short_eq(w.as_bytes(), name)) {
             out[i] = Some(FieldRef {
                 ty,
                 array,
@@ -340,6 +335,12 @@ pub fn record_fields<'a>(
         }
     }
     Ok(label)
+}
+
+/// Byte equality for short strings (names, labels) without a call to `memcmp`.
+#[inline(always)]
+pub fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// The label of an encoded record, without decoding the rest.

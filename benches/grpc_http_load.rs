@@ -48,6 +48,8 @@ struct Args {
     token: String,
     system: String,
     round: u32,
+    /// Connections the tasks share (gRPC); None: one per task.
+    connections: Option<usize>,
 }
 
 fn usage() -> ! {
@@ -71,6 +73,7 @@ fn parse_args() -> Option<Args> {
         token: "dev-token".into(),
         system: String::new(),
         round: 0,
+        connections: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -86,6 +89,7 @@ fn parse_args() -> Option<Args> {
             "--token" => a.token = val(),
             "--system" => a.system = val(),
             "--round" => a.round = val().parse().unwrap_or_else(|_| usage()),
+            "--connections" => a.connections = Some(val().parse().unwrap_or_else(|_| usage())),
             // `cargo bench` passes --bench; ignore it.
             "--bench" => {}
             "-h" | "--help" => usage(),
@@ -459,17 +463,38 @@ async fn load(args: Args, threads: usize) {
         grpc_frames,
     });
 
-    // Open every connection first; the clock starts when all are up.
-    let mut conns = Vec::with_capacity(args.conc);
-    for _ in 0..args.conc {
+    // Open every connection first; the clock starts when all are up. With fewer connections
+    // than tasks (gRPC only), tasks share them round-robin as multiplexed HTTP/2 streams.
+    let wanted = args.connections.unwrap_or(args.conc).clamp(1, args.conc);
+    if wanted != args.conc && args.mode == "http" {
+        eprintln!(
+            "grpc_http_load: HTTP/1.1 cannot share connections: --connections must equal --conc"
+        );
+        std::process::exit(2);
+    }
+    let mut opened = Vec::with_capacity(wanted);
+    for _ in 0..wanted {
         match connect(&sh.mode, &sh.target).await {
-            Ok(c) => conns.push(c),
+            Ok(c) => opened.push(c),
             Err(e) => {
                 eprintln!("grpc_http_load: {e}");
                 std::process::exit(1);
             }
         }
     }
+    let conns: Vec<Conn> = if wanted == args.conc {
+        opened
+    } else {
+        (0..args.conc)
+            .map(|t| match &opened[t % wanted] {
+                Conn::H2(c) => Conn::H2(H2Conn {
+                    send: c.send.clone(),
+                }),
+                Conn::Grpc(c) => Conn::Grpc(c.clone()),
+                Conn::Http(_) => unreachable!("HTTP connections are not shared"),
+            })
+            .collect()
+    };
     let n = sh.ops.len();
     let dur = Duration::from_secs_f64(args.duration);
     let start = Instant::now();
@@ -549,6 +574,7 @@ async fn load(args: Args, threads: usize) {
         "mode": args.mode,
         "workload": args.workload,
         "conc": args.conc,
+        "connections": args.connections.unwrap_or(args.conc),
         "threads": threads,
         "duration_s": (elapsed * 1000.0).round() / 1000.0,
         "requests": requests,

@@ -9,7 +9,11 @@
 # Environment (defaults in brackets):
 #   ROUNDS [3]          rounds; every round runs every cell once
 #   DURATION [10]       seconds per load run
-#   CONC [32]           concurrent connections (one request in flight each)
+#   CONC [32]           concurrent requests (tasks, one request in flight each)
+#   GRPC_CONNECTIONS [4] HTTP/2 connections the gRPC tasks share (multiplexed streams, as a
+#                       gRPC client's channel pool does); HTTP/1.1 always uses one per task.
+#                       The get cells are also run with one gRPC connection per task
+#                       (systems *-grpc-conn-per-task).
 #   WARMUP [3]          seconds of unrecorded warm-up per cell before round 1 (0 = none)
 #   RECORDS [10000]     records preloaded (label BENCH, properties n = 0..RECORDS-1, payload)
 #   LOADGEN_CPU [0]     CPU the load client is pinned to with taskset
@@ -31,6 +35,7 @@ repo=$(cd "$here/.." && pwd)
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 CONC=${CONC:-32}
+GRPC_CONNECTIONS=${GRPC_CONNECTIONS:-4}
 WARMUP=${WARMUP:-3}
 RECORDS=${RECORDS:-10000}
 LOADGEN_CPU=${LOADGEN_CPU:-0}
@@ -109,10 +114,13 @@ for r in json.load(sys.stdin)["response"]["records"]: print(r["id"])' >>"$IDS"
 
 RAW= JSONL=
 # run ROUND SYSTEM MODE PORT WORKLOAD [SECONDS]   (ROUND 0 = warm-up, not recorded)
+# gRPC systems share GRPC_CONNECTIONS connections, except *-conn-per-task ones.
 run() {
   local rnd=$1 sys=$2 mode=$3 port=$4 w=$5 secs=${6:-$DURATION}
-  local raw=$RAW/r$rnd-$w-$sys.json err=$RAW/r$rnd-$w-$sys.stderr
+  local raw=$RAW/r$rnd-$w-$sys.json err=$RAW/r$rnd-$w-$sys.stderr conns=$CONC
+  [ "$mode" = grpc ] && [ "${sys%conn-per-task}" = "$sys" ] && conns=$GRPC_CONNECTIONS
   taskset -c "$LOADGEN_CPU" "$LOAD_BIN" --mode "$mode" --target "127.0.0.1:$port" --conc "$CONC" \
+    --connections "$conns" \
     --duration "$secs" --workload "$w" --ids "$IDS" --token "$TOKEN" --system "$sys" --round "$rnd" \
     >"$raw" 2>"$err" || die "load client failed, see $err"
   [ "$rnd" = 0 ] && return
@@ -128,6 +136,8 @@ round() {
   local rnd=$1 w
   local g="engine-grpc grpc $ENGINE_GRPC_PORT" h="engine-http http $ENGINE_PORT"
   local ng="null-grpc grpc $NULL_GRPC_PORT" nh="null-http http $NULL_PORT"
+  local g1="engine-grpc-conn-per-task grpc $ENGINE_GRPC_PORT"
+  local ng1="null-grpc-conn-per-task grpc $NULL_GRPC_PORT"
   # shellcheck disable=SC2086
   for w in get search; do
     if [ $((rnd % 2)) = 1 ]; then run "$rnd" $g "$w"; run "$rnd" $h "$w"
@@ -136,6 +146,8 @@ round() {
   # shellcheck disable=SC2086
   if [ $((rnd % 2)) = 1 ]; then run "$rnd" $ng get; run "$rnd" $nh get
   else run "$rnd" $nh get; run "$rnd" $ng get; fi
+  # shellcheck disable=SC2086
+  run "$rnd" $g1 get; run "$rnd" $ng1 get
 }
 
 summary() {
@@ -163,7 +175,8 @@ out = []
 out.append("| workload | system | req/s median (min–max) | p50 | p99 | errors |")
 out.append("|---|---|---|---|---|---|")
 order = [("get", "engine-grpc"), ("get", "engine-http"), ("search", "engine-grpc"),
-         ("search", "engine-http"), ("get", "null-grpc"), ("get", "null-http")]
+         ("search", "engine-http"), ("get", "null-grpc"), ("get", "null-http"),
+         ("get", "engine-grpc-conn-per-task"), ("get", "null-grpc-conn-per-task")]
 for k in order:
     if k not in cells: continue
     errs = sum(r["errors"] for r in cells[k])
@@ -184,6 +197,8 @@ ratio("search", "engine-grpc", "engine-http", 1.0)
 ratio("get", "null-grpc", "null-http")
 ratio("get", "engine-grpc", "null-grpc")
 ratio("get", "engine-http", "null-http")
+ratio("get", "engine-grpc-conn-per-task", "engine-http")
+ratio("get", "null-grpc-conn-per-task", "null-http")
 text = "\n".join(out) + "\n"
 open(os.path.join(d, "summary.md"), "w").write(text)
 print(text)
@@ -207,7 +222,7 @@ main() {
     echo "kernel: $(uname -srm)"; echo "nproc: $(nproc)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
     echo "engine: $("$ENGINE_BIN" version 2>/dev/null || true)"
-    echo "rounds=$ROUNDS duration=$DURATION conc=$CONC warmup=$WARMUP records=$RECORDS loadgen_cpu=$LOADGEN_CPU"
+    echo "rounds=$ROUNDS duration=$DURATION conc=$CONC grpc_connections=$GRPC_CONNECTIONS warmup=$WARMUP records=$RECORDS loadgen_cpu=$LOADGEN_CPU"
   } >"$RESULTS_DIR/machine.txt"
 
   start_engine

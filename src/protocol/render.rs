@@ -201,17 +201,21 @@ struct Success<T> {
     response: T,
 }
 
-/// The success envelope as bytes; records are written without an intermediate JSON tree.
-pub fn success_bytes(outcome: &Outcome) -> Vec<u8> {
-    let fast = match outcome {
+/// Record outcomes, serialized without an intermediate JSON tree.
+fn fast(outcome: &Outcome) -> Option<Fast<'_>> {
+    match outcome {
         Outcome::Record(r) => Some(Fast::Record { record: Proto(r) }),
         Outcome::Records { records, total } => Some(Fast::Records {
             records: records.iter().map(Proto).collect(),
             total: *total,
         }),
         _ => None,
-    };
-    let out = match fast {
+    }
+}
+
+/// The success envelope as bytes.
+pub fn success_bytes(outcome: &Outcome) -> Vec<u8> {
+    let out = match fast(outcome) {
         Some(f) => serde_json::to_vec(&Success {
             protocol_version: PROTOCOL_VERSION,
             response: f,
@@ -222,6 +226,14 @@ pub fn success_bytes(outcome: &Outcome) -> Vec<u8> {
         }),
     };
     out.unwrap_or_default()
+}
+
+/// The response object alone as JSON text (gRPC's `response_json`).
+pub fn response_text(outcome: &Outcome) -> String {
+    match fast(outcome) {
+        Some(f) => serde_json::to_string(&f).unwrap_or_default(),
+        None => response(outcome).to_string(),
+    }
 }
 
 pub fn error(e: &Error) -> Value {

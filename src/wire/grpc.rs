@@ -86,7 +86,7 @@ impl EngineService for GrpcEngine {
         let outcome = self.engine.execute(env).await.map_err(|e| status(&e))?;
         Ok(Response::new(pb::Response {
             protocol_version: PROTOCOL_VERSION as u32,
-            response_json: render::response(&outcome).to_string(),
+            response_json: render::response_text(&outcome),
         }))
     }
 

@@ -221,6 +221,30 @@ def test_protocol_begin_stage_commit(module_api):
     assert module_api.record(rid)["b"] == 2
 
 
+def test_staged_creates_are_checked_against_each_other_and_read_back(module_api):
+    """A transaction of creates validates each new create on its own (nothing staged before it
+    can change its answer); a second create of a staged id is still refused, and reads in the
+    transaction see every staged create."""
+    label = unique("TXC")
+    tx = tx_op(module_api, {"kind": "begin", "ttlMs": 10000}).json()["response"]["transactionId"]
+    base = "019a0001-0000-7000-8000-" + unique("")[1:13].ljust(12, "0")
+    ids = [base[:-2] + "%02d" % i for i in range(5)]
+    for i, rid in enumerate(ids):
+        r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+            "kind": "createRecord", "label": label, "id": rid, "properties": {"i": i}}})
+        assert r.json()["response"] == {"kind": "transactionStaged"}, r.text
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+        "kind": "createRecord", "label": label, "id": ids[2], "properties": {"i": 99}}})
+    assert r.status_code == 409 and "already exists" in r.text, r.text
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+        "kind": "getRecord", "record": {"id": ids[4]}}})
+    assert r.json()["response"]["record"]["properties"] == {"i": 4}
+    r = tx_op(module_api, {"kind": "commit", "transactionId": tx})
+    assert r.json()["response"]["status"] == "committed", r.text
+    page = module_api.post("/api/v1/records/search", {"labels": [label], "limit": 100}).json()["data"]
+    assert page["total"] == 5 and sorted(x["i"] for x in page["data"]) == [0, 1, 2, 3, 4]
+
+
 def test_protocol_commit_reports_conflict_and_expiry_as_outcomes(module_api):
     label = unique("TXO")
     rid = module_api.create(label, {"v": 1})

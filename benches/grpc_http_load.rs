@@ -238,12 +238,18 @@ struct HttpConn {
     send: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
 }
 
-async fn http_connect(target: &str) -> Result<HttpConn, String> {
+/// A client socket to `target` with TCP_NODELAY, as hyper's handshakes take it.
+async fn tcp(target: &str) -> Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>, String> {
     let stream = tokio::net::TcpStream::connect(target)
         .await
         .map_err(|e| format!("connect {target}: {e}"))?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+    Ok(hyper_util::rt::TokioIo::new(stream))
+}
+
+async fn http_connect(target: &str) -> Result<HttpConn, String> {
+    let io = tcp(target).await?;
+    let (send, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(async move {
@@ -261,16 +267,11 @@ struct H2Conn {
 }
 
 async fn h2_connect(target: &str) -> Result<H2Conn, String> {
-    let stream = tokio::net::TcpStream::connect(target)
-        .await
-        .map_err(|e| format!("connect {target}: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let (send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .map_err(|e| format!("handshake: {e}"))?;
+    let io = tcp(target).await?;
+    let (send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(async move {
         let _ = conn.await;
     });

@@ -132,7 +132,7 @@ impl Engine {
                         &fields,
                         scan_threads(),
                         &|| groups.fresh(),
-                        &|g, refs| g.add_encoded(refs),
+                        &|g, refs| g.add(refs),
                     )?;
                     parts.into_iter().for_each(|p| groups.merge(p));
                 } else {

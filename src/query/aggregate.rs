@@ -453,17 +453,17 @@ impl Acc {
             return;
         }
         let v = def.field.as_ref().and_then(|f| r.props.get(f));
-        self.add_value(def, v.map(Field::Decoded).as_ref());
+        self.add_value(def, v.as_ref());
     }
 
     /// Counts one record and folds in the elements of its value of the aggregate's field.
-    fn add_value(&mut self, def: &AggDef, v: Option<&Field<'_>>) {
+    fn add_value(&mut self, def: &AggDef, v: Option<&impl FieldView>) {
         self.count += 1;
         let Some(v) = v else {
             return;
         };
         let ty = v.ty();
-        v.for_each(|e| match &def.func {
+        v.for_each(&mut |e| match &def.func {
             AggFn::Sum | AggFn::Avg { .. } if ty == PropType::Number => {
                 self.n += 1;
                 match e {
@@ -894,41 +894,44 @@ fn rows_of(
     page(agg, rows)
 }
 
-/// A property value as the aggregation reads it: decoded, or still in the record's bytes.
-#[derive(Clone, Copy)]
-pub enum Field<'a> {
-    Decoded(&'a PropValue),
-    Encoded(FieldRef<'a>),
+/// A property value as the aggregation reads it: decoded (`&PropValue`), or still in the
+/// record's bytes (`FieldRef`).
+pub trait FieldView {
+    fn ty(&self) -> PropType;
+    fn array(&self) -> bool;
+    fn count(&self) -> usize;
+    fn for_each(&self, f: &mut dyn FnMut(ScalarRef<'_>));
 }
 
-impl<'a> Field<'a> {
+impl FieldView for &PropValue {
     fn ty(&self) -> PropType {
-        match self {
-            Field::Decoded(v) => v.ty,
-            Field::Encoded(f) => f.ty,
-        }
+        self.ty
     }
     fn array(&self) -> bool {
-        match self {
-            Field::Decoded(v) => v.array,
-            Field::Encoded(f) => f.array,
-        }
+        self.array
     }
     fn count(&self) -> usize {
-        match self {
-            Field::Decoded(v) => v.items.len(),
-            Field::Encoded(f) => f.count,
-        }
+        self.items.len()
     }
-    fn for_each(&self, mut f: impl FnMut(ScalarRef<'_>)) {
-        match self {
-            Field::Decoded(v) => v.items.iter().for_each(|e| f(e.into())),
-            // Invariant: encoded fields come from values the store wrote; a corrupt one is
-            // reported by the decoding scan that produced it, so errors here are not expected.
-            Field::Encoded(r) => {
-                let _ = r.for_each(f);
-            }
-        }
+    fn for_each(&self, f: &mut dyn FnMut(ScalarRef<'_>)) {
+        self.items.iter().for_each(|e| f(e.into()))
+    }
+}
+
+impl FieldView for FieldRef<'_> {
+    fn ty(&self) -> PropType {
+        self.ty
+    }
+    fn array(&self) -> bool {
+        self.array
+    }
+    fn count(&self) -> usize {
+        self.count
+    }
+    fn for_each(&self, f: &mut dyn FnMut(ScalarRef<'_>)) {
+        // Invariant: encoded fields come from values the store wrote and `record_fields`
+        // already walked, so their elements decode.
+        let _ = FieldRef::for_each(self, f);
     }
 }
 
@@ -1045,32 +1048,12 @@ impl<'a> ScalarGroups<'a> {
 
     /// Adds a decoded record (which holds at least `fields()`).
     pub fn add_record(&mut self, r: &Record) {
-        let values: Vec<Option<Field<'_>>> = self
-            .fields
-            .iter()
-            .map(|f| r.props.get(f).map(Field::Decoded))
-            .collect();
+        let values: Vec<Option<&PropValue>> = self.fields.iter().map(|f| r.props.get(f)).collect();
         self.add(&values);
     }
 
-    /// Adds a record given as borrowed fields, in `fields()` order.
-    pub fn add_encoded(&mut self, refs: &[Option<FieldRef<'_>>]) {
-        let mut stack = [None; crate::query::exec::STACK_FIELDS];
-        let heap: Vec<Option<Field<'_>>>;
-        let values = if refs.len() <= stack.len() {
-            for (v, r) in stack.iter_mut().zip(refs) {
-                *v = r.map(Field::Encoded);
-            }
-            &stack[..refs.len()]
-        } else {
-            heap = refs.iter().map(|r| r.map(Field::Encoded)).collect();
-            &heap[..]
-        };
-        self.add(values);
-    }
-
     /// Adds one record, given its values of `fields()` in order.
-    pub fn add(&mut self, values: &[Option<Field<'_>>]) {
+    pub fn add<F: FieldView>(&mut self, values: &[Option<F>]) {
         // A dimension on an array makes one group per element (an empty array: null).
         let multi = self.dim_slots.iter().any(|&i| {
             values[i]
@@ -1083,7 +1066,7 @@ impl<'a> ScalarGroups<'a> {
             for &i in &self.dim_slots {
                 let mut first = None;
                 if let Some(v) = &values[i] {
-                    v.for_each(|e| {
+                    v.for_each(&mut |e| {
                         if first.is_none() {
                             push_key(&mut key, Some(e));
                             first = Some(());
@@ -1104,7 +1087,7 @@ impl<'a> ScalarGroups<'a> {
         for &i in &self.dim_slots {
             let mut elems: Vec<(Vec<u8>, Value)> = Vec::new();
             if let Some(v) = &values[i] {
-                v.for_each(|e| {
+                v.for_each(&mut |e| {
                     let mut k = Vec::new();
                     push_key(&mut k, Some(e));
                     if !elems.iter().any(|(x, _)| *x == k) {
@@ -1137,7 +1120,7 @@ impl<'a> ScalarGroups<'a> {
 
     /// The group of `key`, made on first sight (dimension values from `json`, or from the
     /// record's first elements when `json` is empty).
-    fn group(&mut self, key: &[u8], values: &[Option<Field<'_>>], json: &[Value]) -> usize {
+    fn group<F: FieldView>(&mut self, key: &[u8], values: &[Option<F>], json: &[Value]) -> usize {
         // Few groups (the usual case): comparing short keys beats hashing them.
         if self.groups.len() <= LINEAR_GROUPS {
             if let Some(g) = self.groups.iter().position(|(k, _, _)| k == key) {
@@ -1152,7 +1135,7 @@ impl<'a> ScalarGroups<'a> {
                 .map(|&i| {
                     let mut first = None;
                     if let Some(v) = &values[i] {
-                        v.for_each(|e| {
+                        v.for_each(&mut |e| {
                             if first.is_none() {
                                 first = Some(key_json(Some(e)));
                             }
@@ -1173,7 +1156,7 @@ impl<'a> ScalarGroups<'a> {
         self.groups.len() - 1
     }
 
-    fn feed(&mut self, g: usize, values: &[Option<Field<'_>>]) {
+    fn feed<F: FieldView>(&mut self, g: usize, values: &[Option<F>]) {
         let accs = &mut self.groups[g].2;
         for ((acc, d), slot) in accs.iter_mut().zip(&self.agg.defs).zip(&self.def_slots) {
             acc.add_value(d, slot.and_then(|i| values[i].as_ref()));

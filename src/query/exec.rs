@@ -831,8 +831,7 @@ fn visit_candidates<R: KvRead>(
         }
         Access::Labels(ls) if sequential_label_scan(kv, tenant, ls)? => {
             kv.scan_prefix(&Key::tenant(tenant, keys::RECORD).0, false, &mut |k, v| {
-                let label = codec::record_label(v)?;
-                if !ls.iter().any(|l| l.as_bytes() == label) {
+                if !label_in(ls, codec::record_label(v)?) {
                     return Ok(true);
                 }
                 let id = id_from_key(k)?;
@@ -951,11 +950,8 @@ pub fn scan_fields_parallel<R: KvRead + Sync, S: Send>(
                     heap = vec![None; fields.len()];
                     &mut heap[..]
                 };
-                if !labels.is_empty() {
-                    let label = codec::record_label(v)?;
-                    if !labels.iter().any(|l| codec::short_eq(l.as_bytes(), label)) {
-                        return Ok(true);
-                    }
+                if !labels.is_empty() && !label_in(labels, codec::record_label(v)?) {
+                    return Ok(true);
                 }
                 codec::record_fields(v, fields, refs)?;
                 visit(&mut state, refs);
@@ -977,19 +973,24 @@ pub fn scan_fields_parallel<R: KvRead + Sync, S: Send>(
 }
 
 /// Fields read per record without a heap buffer (see `scan_fields_parallel`).
-pub const STACK_FIELDS: usize = 16;
+const STACK_FIELDS: usize = 16;
+
+/// Whether a stored record's label (its bytes) is one of `labels`.
+fn label_in(labels: &[String], label: &[u8]) -> bool {
+    labels.iter().any(|l| codec::short_eq(l.as_bytes(), label))
+}
 
 /// Whether a label scan reads the record table front to back (testing each record's label)
 /// rather than looking up each id of the label index: a lookup is a B-tree descent, several
 /// times the cost of stepping to the next record, so a large share of the records is read
 /// faster in sequence.
 pub fn sequential_label_scan<R: KvRead>(kv: &R, tenant: u64, labels: &[String]) -> Result<bool> {
+    // One counter per label: a label named twice in `labels` counts once.
     let counts = rstore::label_counts(kv, tenant)?;
     let all: u64 = counts.iter().map(|(_, n)| n).sum();
-    let mut seen = HashSet::new();
     let wanted: u64 = counts
         .iter()
-        .filter(|(l, _)| labels.contains(l) && seen.insert(l))
+        .filter(|(l, _)| labels.contains(l))
         .map(|(_, n)| n)
         .sum();
     Ok(wanted.saturating_mul(SEQUENTIAL_SHARE) >= all)

@@ -202,7 +202,7 @@ pub fn decode_record_fields(id: Uuid, b: &[u8], wanted: Option<&[&str]>) -> Resu
         let count = r.varint()?;
         let keep = match wanted {
             None => true,
-            Some(w) => w.iter().any(|f| f.as_bytes() == name),
+            Some(w) => w.iter().any(|f| short_eq(f.as_bytes(), name)),
         };
         if !keep {
             skip_elems(&mut r, ty, count)?;

@@ -4,20 +4,34 @@
 //! (an `Immediate` commit) and then empties the log. At startup, frames whose commit sequence
 //! is newer than the store's durable one are replayed.
 //!
-//! Invariants: frames are appended in increasing commit sequence; a frame is acknowledged
-//! only after its fdatasync returned; replay stops at the first frame that is torn (short or
-//! failing its checksum) or out of sequence, which can only be a frame nobody was told about.
+//! The file is reused, never truncated: a reset only moves the write position back to 0, and
+//! the file is kept zero-filled ahead of the write position. Overwriting blocks the file
+//! already has makes each fdatasync flush data only; appending would also flush the file
+//! size through the filesystem journal (measured ~25% more time per sync on this machine's
+//! ext4).
+//!
+//! Invariants: frames are written in increasing commit sequence; a frame is acknowledged
+//! only after its fdatasync returned; every frame in the file from an earlier cycle (before
+//! a reset) has a sequence no newer than the store's durable one, because a reset follows a
+//! durable checkpoint. Replay reads frames from offset 0 and stops at the first frame that is
+//! torn (short or failing its checksum), out of sequence (an earlier cycle's leftover) or
+//! zero (never written): none of those can be a frame somebody was told about.
 //!
 //! Frame: magic u32 | payload length u32 | crc32 of (seq, payload) u32 | seq u64 | payload.
 //! Payload: entries of kind u8 (1 put, 2 delete) | key length u32 | key | [value length u32 | value].
 
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 const MAGIC: u32 = 0x4557_414C; // "EWAL"
 const HEADER: usize = 20;
+/// Zeroes are written ahead of the write position in steps of at least this many bytes...
+const MIN_EXTEND: u64 = 1 << 20;
+/// ...doubling the file, up to this much at a time.
+const MAX_EXTEND: u64 = 32 << 20;
 
 /// One write: a key and its new value (None deletes it).
 pub type KvWrite = (Vec<u8>, Option<Vec<u8>>);
@@ -25,7 +39,10 @@ pub type KvWrite = (Vec<u8>, Option<Vec<u8>>);
 pub struct Wal {
     file: File,
     path: PathBuf,
+    /// The write position: bytes of frames written since the last reset.
     len: u64,
+    /// The file's size: zero-filled (or an earlier cycle's frames) beyond `len`.
+    allocated: u64,
     buf: Vec<u8>,
 }
 
@@ -70,68 +87,95 @@ fn decode_payload(mut p: &[u8]) -> Option<Vec<KvWrite>> {
     Some(out)
 }
 
+/// Reads the chain of valid frames from the start of the file; returns them and the offset
+/// just past the last one.
+fn read_frames(file: &File, size: u64) -> std::io::Result<(Vec<Frame>, u64)> {
+    let mut r = BufReader::with_capacity(1 << 20, file);
+    let mut frames = Vec::new();
+    let mut at = 0u64;
+    let mut last_seq = 0u64;
+    let mut h = [0u8; HEADER];
+    while at + HEADER as u64 <= size {
+        if r.read_exact(&mut h).is_err() {
+            break;
+        }
+        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        if word(0) != MAGIC {
+            break;
+        }
+        let plen = word(4) as u64;
+        if at + HEADER as u64 + plen > size {
+            break;
+        }
+        let crc = word(8);
+        let mut seq_bytes = [0u8; 8];
+        seq_bytes.copy_from_slice(&h[12..20]);
+        let seq = u64::from_le_bytes(seq_bytes);
+        let mut payload = vec![0u8; plen as usize];
+        if r.read_exact(&mut payload).is_err() {
+            break;
+        }
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&seq_bytes);
+        hasher.update(&payload);
+        if hasher.finalize() != crc || seq <= last_seq {
+            break;
+        }
+        let Some(writes) = decode_payload(&payload) else {
+            break;
+        };
+        frames.push(Frame { seq, writes });
+        last_seq = seq;
+        at += HEADER as u64 + plen;
+    }
+    Ok((frames, at))
+}
+
 impl Wal {
-    /// Opens (or creates) the log and reads its valid frames, in order.
+    /// Opens (or creates) the log and reads its valid frames, in order. The write position is
+    /// left after them; bytes beyond are an unacknowledged torn frame or leftovers, and are
+    /// overwritten by the next append.
     pub fn open(dir: &Path) -> Result<(Wal, Vec<Frame>)> {
         let path = dir.join("wal.log");
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
             .map_err(|e| io(e, &path))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(|e| io(e, &path))?;
-        let mut frames = Vec::new();
-        let mut at = 0usize;
-        let mut last_seq = 0u64;
-        while at + HEADER <= bytes.len() {
-            let h = &bytes[at..at + HEADER];
-            let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-            if word(0) != MAGIC {
-                break;
-            }
-            let plen = word(4) as usize;
-            let crc = word(8);
-            let mut seq_bytes = [0u8; 8];
-            seq_bytes.copy_from_slice(&h[12..20]);
-            let seq = u64::from_le_bytes(seq_bytes);
-            let Some(payload) = bytes.get(at + HEADER..at + HEADER + plen) else {
-                break;
-            };
-            let mut hasher = crc32fast::Hasher::new();
-            hasher.update(&seq_bytes);
-            hasher.update(payload);
-            if hasher.finalize() != crc || seq <= last_seq {
-                break;
-            }
-            let Some(writes) = decode_payload(payload) else {
-                break;
-            };
-            frames.push(Frame { seq, writes });
-            last_seq = seq;
-            at += HEADER + plen;
+        let size = file.metadata().map_err(|e| io(e, &path))?.len();
+        let (frames, at) = read_frames(&file, size).map_err(|e| io(e, &path))?;
+        let mut wal = Wal {
+            file,
+            path,
+            len: at,
+            allocated: size,
+            buf: Vec::new(),
+        };
+        if size < (at + HEADER as u64).max(MIN_EXTEND) {
+            wal.extend(MIN_EXTEND)?;
+            wal.file.sync_all().map_err(|e| io(e, &wal.path))?;
         }
-        // Whatever follows the last valid frame was never acknowledged: cut it off.
-        if (at as u64) < bytes.len() as u64 {
-            file.set_len(at as u64).map_err(|e| io(e, &path))?;
-            file.sync_all().map_err(|e| io(e, &path))?;
-        }
-        file.seek(SeekFrom::Start(at as u64))
-            .map_err(|e| io(e, &path))?;
-        Ok((
-            Wal {
-                file,
-                path,
-                len: at as u64,
-                buf: Vec::new(),
-            },
-            frames,
-        ))
+        Ok((wal, frames))
     }
 
-    /// Appends one frame and waits until it is on disk.
+    /// Zero-fills the file from its end to at least `need` bytes (doubling, in bounded steps).
+    fn extend(&mut self, need: u64) -> Result<()> {
+        let step = self.allocated.clamp(MIN_EXTEND, MAX_EXTEND);
+        let target = need.max(self.allocated + step);
+        let zeros = vec![0u8; (target - self.allocated).min(MAX_EXTEND) as usize];
+        while self.allocated < target {
+            let n = (target - self.allocated).min(zeros.len() as u64) as usize;
+            self.file
+                .write_all_at(&zeros[..n], self.allocated)
+                .map_err(|e| io(e, &self.path))?;
+            self.allocated += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Writes one frame at the write position and waits until it is on disk.
     pub fn append(&mut self, seq: u64, writes: &[KvWrite]) -> Result<()> {
         let buf = &mut self.buf;
         buf.clear();
@@ -154,9 +198,17 @@ impl Wal {
         buf[4..8].copy_from_slice(&plen.to_le_bytes());
         buf[8..12].copy_from_slice(&hasher.finalize().to_le_bytes());
         buf[12..20].copy_from_slice(&seq_bytes);
-        self.file.write_all(buf).map_err(|e| io(e, &self.path))?;
+        let end = self.len + buf.len() as u64;
+        // Keep zeroes ahead so the frame after this one does not grow the file either; a
+        // growing step is synced by this frame's fdatasync (the size changed).
+        if end + HEADER as u64 > self.allocated {
+            self.extend(end + HEADER as u64)?;
+        }
+        self.file
+            .write_all_at(&self.buf, self.len)
+            .map_err(|e| io(e, &self.path))?;
         self.file.sync_data().map_err(|e| io(e, &self.path))?;
-        self.len += buf.len() as u64;
+        self.len = end;
         Ok(())
     }
 
@@ -169,13 +221,10 @@ impl Wal {
         self.len == 0
     }
 
-    /// Empties the log; call only once everything in it is durable in the store.
+    /// Starts the log over at offset 0; call only once everything in it is durable in the
+    /// store. Nothing is synced: until a new frame overwrites it, what the file holds has a
+    /// sequence no newer than the durable one, and replay skips it.
     pub fn reset(&mut self) -> Result<()> {
-        self.file.set_len(0).map_err(|e| io(e, &self.path))?;
-        self.file
-            .seek(SeekFrom::Start(0))
-            .map_err(|e| io(e, &self.path))?;
-        self.file.sync_all().map_err(|e| io(e, &self.path))?;
         self.len = 0;
         Ok(())
     }
@@ -185,10 +234,14 @@ impl Wal {
 mod tests {
     use super::*;
 
+    fn seqs(frames: &[Frame]) -> Vec<u64> {
+        frames.iter().map(|f| f.seq).collect()
+    }
+
     #[test]
-    fn frames_round_trip_and_a_torn_tail_is_cut() {
+    fn frames_round_trip_and_a_torn_tail_is_overwritten() {
         let dir = tempfile::tempdir().unwrap();
-        {
+        let end = {
             let (mut w, frames) = Wal::open(dir.path()).unwrap();
             assert!(frames.is_empty());
             w.append(
@@ -197,47 +250,90 @@ mod tests {
             )
             .unwrap();
             w.append(2, &[(b"c".to_vec(), Some(vec![]))]).unwrap();
-        }
+            w.len()
+        };
         // A torn third frame: a header promising more bytes than were written.
-        let mut f = OpenOptions::new()
-            .append(true)
+        let f = OpenOptions::new()
+            .write(true)
             .open(dir.path().join("wal.log"))
             .unwrap();
-        f.write_all(&MAGIC.to_le_bytes()).unwrap();
-        f.write_all(&100u32.to_le_bytes()).unwrap();
+        let mut torn = MAGIC.to_le_bytes().to_vec();
+        torn.extend_from_slice(&100u32.to_le_bytes());
+        f.write_all_at(&torn, end).unwrap();
         drop(f);
         let (mut w, frames) = Wal::open(dir.path()).unwrap();
-        assert_eq!(frames.iter().map(|f| f.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(seqs(&frames), vec![1, 2]);
+        assert_eq!(w.len(), end);
         assert_eq!(
             frames[0].writes,
             vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), None)]
         );
         w.append(3, &[(b"d".to_vec(), None)]).unwrap();
-        let (mut w, frames) = Wal::open(dir.path()).unwrap();
-        assert_eq!(
-            frames.len(),
-            3,
-            "the torn bytes were cut, so frame 3 follows frame 2"
-        );
-        w.reset().unwrap();
         let (_, frames) = Wal::open(dir.path()).unwrap();
-        assert!(frames.is_empty());
+        assert_eq!(
+            seqs(&frames),
+            vec![1, 2, 3],
+            "frame 3 overwrote the torn bytes and follows frame 2"
+        );
+    }
+
+    #[test]
+    fn after_a_reset_only_the_new_cycle_is_read_and_the_file_is_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal.log");
+        let (mut w, _) = Wal::open(dir.path()).unwrap();
+        for seq in 1..=5 {
+            w.append(seq, &[(vec![seq as u8; 40], Some(vec![1; 40]))])
+                .unwrap();
+        }
+        let size = std::fs::metadata(&path).unwrap().len();
+        w.reset().unwrap();
+        // Before anything new is written, the old cycle is still readable; the store skips it
+        // because its sequences are durable already.
+        let (_, frames) = Wal::open(dir.path()).unwrap();
+        assert_eq!(seqs(&frames), vec![1, 2, 3, 4, 5]);
+        // A shorter frame over the old ones ends the chain: the next bytes are the middle of
+        // an old frame.
+        w.append(6, &[(b"x".to_vec(), None)]).unwrap();
+        let (_, frames) = Wal::open(dir.path()).unwrap();
+        assert_eq!(seqs(&frames), vec![6]);
+        // A frame of exactly an old frame's length is followed by an older sequence: stop.
+        w.reset().unwrap();
+        w.append(7, &[(vec![7; 40], Some(vec![1; 40]))]).unwrap();
+        let (_, frames) = Wal::open(dir.path()).unwrap();
+        assert_eq!(seqs(&frames), vec![7]);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size, "not regrown");
+    }
+
+    #[test]
+    fn the_file_grows_ahead_of_the_frames_with_zeroes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = Wal::open(dir.path()).unwrap();
+        let value = vec![9u8; 300_000];
+        for seq in 1..=8 {
+            w.append(seq, &[(b"k".to_vec(), Some(value.clone()))])
+                .unwrap();
+            assert!(w.allocated > w.len() + HEADER as u64);
+        }
+        let (_, frames) = Wal::open(dir.path()).unwrap();
+        assert_eq!(seqs(&frames), (1..=8).collect::<Vec<_>>());
+        assert_eq!(frames[7].writes[0].1.as_deref(), Some(&value[..]));
     }
 
     #[test]
     fn a_corrupt_frame_ends_replay() {
         let dir = tempfile::tempdir().unwrap();
-        {
+        let end = {
             let (mut w, _) = Wal::open(dir.path()).unwrap();
             w.append(1, &[(b"a".to_vec(), Some(b"1".to_vec()))])
                 .unwrap();
             w.append(2, &[(b"b".to_vec(), Some(b"2".to_vec()))])
                 .unwrap();
-        }
+            w.len()
+        };
         let path = dir.path().join("wal.log");
         let mut bytes = std::fs::read(&path).unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0xFF;
+        bytes[end as usize - 1] ^= 0xFF;
         std::fs::write(&path, bytes).unwrap();
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(frames.len(), 1);

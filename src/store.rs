@@ -1,6 +1,7 @@
 //! The tenant-keyspaced graph store on redb.
 //!
-//! Writes: one writer thread owns redb's write transaction. It drains queued batches, applies
+//! Writes: one writer (`WriterCore`, behind a mutex) owns redb's write transaction. The writer
+//! thread drains queued batches (a write alone in flight commits on its own thread), applies
 //! each on its own overlay (validation and mutation see the latest state, and a failing batch
 //! contributes nothing), appends the group's writes to the redo log with one fdatasync, makes
 //! them visible with a redb commit that does not fsync, then acknowledges every caller.
@@ -483,25 +484,22 @@ impl WriterCore {
             let mut txn = db.begin_write()?;
             txn.set_durability(redb::Durability::None)
                 .map_err(|e| Error::internal(format!("set durability: {e}")))?;
-            let mut frame: Vec<wal::KvWrite> = Vec::new();
-            {
-                let mut table = txn.open_table(KV)?;
+            let mut table = txn.open_table(KV)?;
+            // The group's writes, merged: each batch reads through them (it sees the batches
+            // before it), and a key written by several batches (a counter) reaches redb and
+            // the log once.
+            let writes = {
+                let mut merged = Overlay::new(&table);
                 for req in group.iter_mut() {
                     let seq = *last_seq + 1;
                     let applied = {
-                        let mut ov = Overlay::new(&table);
+                        let mut ov = Overlay::new(&merged);
                         apply_batch(&mut ov, req, seq)
                             .map(|(out, created)| (out, created, ov.into_writes()))
                     };
                     match applied {
                         Ok((out, created, writes)) => {
-                            for (k, v) in writes {
-                                match &v {
-                                    Some(v) => table.insert(k.as_slice(), v.as_slice())?,
-                                    None => table.remove(k.as_slice())?,
-                                };
-                                frame.push((k, v));
-                            }
+                            merged.absorb(writes);
                             if let Some(t) = created {
                                 new_tenants.push(t);
                             }
@@ -511,14 +509,24 @@ impl WriterCore {
                         Err(e) => results.push(Err(e)),
                     }
                 }
-                if frame.is_empty() {
-                    return Ok(());
-                }
-                let seq_key = Key::system(keys::SYS_COMMIT_SEQ).0;
-                let seq_value = codec::encode_u64(*last_seq);
-                table.insert(seq_key.as_slice(), seq_value.as_slice())?;
-                frame.push((seq_key, Some(seq_value)));
+                merged.into_writes()
+            };
+            if writes.is_empty() {
+                return Ok(());
             }
+            let mut frame: Vec<wal::KvWrite> = Vec::with_capacity(writes.len() + 1);
+            for (k, v) in writes {
+                match &v {
+                    Some(v) => table.insert(k.as_slice(), v.as_slice())?,
+                    None => table.remove(k.as_slice())?,
+                };
+                frame.push((k, v));
+            }
+            let seq_key = Key::system(keys::SYS_COMMIT_SEQ).0;
+            let seq_value = codec::encode_u64(*last_seq);
+            table.insert(seq_key.as_slice(), seq_value.as_slice())?;
+            frame.push((seq_key, Some(seq_value)));
+            drop(table);
             // Durable first, visible second: nobody may read what a crash could lose.
             wal.append(*last_seq, &frame)?;
             logged = true;

@@ -384,22 +384,33 @@ impl Engine {
         let n = ops.len();
         let staged = open.ops.len();
         // Creates of new ids in a transaction of creates depend on no other staged write (the
-        // id is new to the snapshot and to the transaction): validating them alone over the
-        // fresh snapshot gives the same answer as replaying everything before them.
-        let alone = creates_of_new_ids(&open.ops, &ops);
+        // id is new to the snapshot and to the transaction): checking them alone over the
+        // fresh snapshot gives the same answer as replaying everything before them, and a
+        // create's check is only that (records::stage_create).
+        if creates_of_new_ids(&open.ops, &ops) {
+            let t = self.store.tenant_id(&open.tenant);
+            let out = ops
+                .iter()
+                .map(|op| match op {
+                    WriteOp::Put(p) => {
+                        crate::store::records::stage_create(&snap, t, p.clone(), STAGED_VERSION)
+                            .map(|r| WriteOutcome::Record(Box::new(r)))
+                    }
+                    _ => unreachable!("creates_of_new_ids admits creates only"),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            open.ops.extend(ops);
+            return Ok(out);
+        }
         open.ops.extend(ops);
-        let replay = if alone {
-            open.ops[staged..].to_vec()
-        } else {
-            open.ops.clone()
-        };
-        let out = match store::staged_view(&snap, &open.tenant, replay, |_, _, out| Ok(out)) {
-            Ok(out) => out,
-            Err(e) => {
-                open.ops.truncate(staged); // refused: not staged
-                return Err(e);
-            }
-        };
+        let out =
+            match store::staged_view(&snap, &open.tenant, open.ops.clone(), |_, _, out| Ok(out)) {
+                Ok(out) => out,
+                Err(e) => {
+                    open.ops.truncate(staged); // refused: not staged
+                    return Err(e);
+                }
+            };
         let skip = out.len() - n;
         Ok(out.into_iter().skip(skip).collect())
     }

@@ -113,6 +113,14 @@ impl<'b, R: KvRead> Overlay<'b, R> {
     pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         self.writes
     }
+    /// Takes another overlay's pending writes over this one (theirs win on equal keys).
+    pub fn absorb(&mut self, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
+        if self.writes.is_empty() {
+            self.writes = writes;
+        } else {
+            self.writes.extend(writes);
+        }
+    }
 }
 
 impl<R: KvRead> KvRead for Overlay<'_, R> {

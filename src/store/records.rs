@@ -31,6 +31,48 @@ pub struct PutRecord {
     pub props: PropWrites,
 }
 
+/// Whether a create may apply over `kv`: its id is new (`tenant` None: the tenant does not
+/// exist yet, so nothing does) and it has a label. Nothing else can refuse a create.
+fn check_create<R: KvRead>(kv: &R, tenant: Option<u64>, p: &PutRecord) -> Result<()> {
+    if let Some(t) = tenant {
+        if kv.get(&record_key(t, &p.id))?.is_some() {
+            return Err(Error::conflict(format!("record {} already exists", p.id)));
+        }
+    }
+    if p.label.is_none() {
+        return Err(Error::invalid("label is required"));
+    }
+    Ok(())
+}
+
+/// The record a checked create makes (properties set to nothing are left out).
+fn created_record(p: PutRecord, row: u64, version: u64) -> Record {
+    Record {
+        id: p.id,
+        label: p.label.unwrap_or_default(),
+        row,
+        version,
+        props: p
+            .props
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect(),
+    }
+}
+
+/// A create as a transaction stages it, checked against `kv` exactly as the writer will check
+/// it, without the index and counter work (which commit does). Only for a create that no
+/// other staged write can affect (a new id). The row number is assigned at commit: 0 here.
+pub fn stage_create<R: KvRead>(
+    kv: &R,
+    tenant: Option<u64>,
+    p: PutRecord,
+    version: u64,
+) -> Result<Record> {
+    check_create(kv, tenant, &p)?;
+    Ok(created_record(p, 0, version))
+}
+
 /// How an upsert changes the record it matched (SPEC.md upsert rules 4 and 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MergeStrategy {
@@ -518,21 +560,9 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
 
     fn put(&mut self, p: PutRecord) -> Result<Record> {
         if p.mode == PutMode::Create {
-            if self.ov.get(&record_key(self.tenant, &p.id))?.is_some() {
-                return Err(Error::conflict(format!("record {} already exists", p.id)));
-            }
-            let label = p.label.ok_or_else(|| Error::invalid("label is required"))?;
-            let rec = Record {
-                id: p.id,
-                label,
-                row: self.next_row()?,
-                version: self.seq,
-                props: p
-                    .props
-                    .into_iter()
-                    .filter_map(|(k, v)| v.map(|v| (k, v)))
-                    .collect(),
-            };
+            check_create(&*self.ov, Some(self.tenant), &p)?;
+            let row = self.next_row()?;
+            let rec = created_record(p, row, self.seq);
             self.index(&rec, true)?;
             self.store(&rec);
             return Ok(rec);

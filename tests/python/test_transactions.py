@@ -243,6 +243,14 @@ def test_staged_creates_are_checked_against_each_other_and_read_back(module_api)
     assert r.json()["response"]["status"] == "committed", r.text
     page = module_api.post("/api/v1/records/search", {"labels": [label], "limit": 100}).json()["data"]
     assert page["total"] == 5 and sorted(x["i"] for x in page["data"]) == [0, 1, 2, 3, 4]
+    # A create of an id that is already committed is refused when staged, not at commit.
+    tx = tx_op(module_api, {"kind": "begin", "ttlMs": 10000}).json()["response"]["transactionId"]
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+        "kind": "createRecord", "label": label, "id": ids[0], "properties": {"i": 7}}})
+    assert r.status_code == 409 and "already exists" in r.text, r.text
+    r = tx_op(module_api, {"kind": "commit", "transactionId": tx})
+    assert r.json()["response"]["status"] == "committed", r.text
+    assert module_api.record(ids[0])["i"] == 0
 
 
 def test_protocol_commit_reports_conflict_and_expiry_as_outcomes(module_api):

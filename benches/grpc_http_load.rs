@@ -288,21 +288,39 @@ fn grpc_frame(msg: &impl prost::Message) -> Bytes {
     Bytes::from(out)
 }
 
+/// A POST of `body` to `uri` with the run's token, a content type and one more header.
+fn post(
+    uri: &str,
+    (name, value): (&str, &str),
+    content_type: &str,
+    sh: &Shared,
+    body: &Bytes,
+) -> hyper::Request<Full<Bytes>> {
+    hyper::Request::post(uri)
+        .header(name, value)
+        .header(hyper::header::CONTENT_TYPE, content_type)
+        .header(hyper::header::AUTHORIZATION, &sh.auth)
+        .body(Full::new(body.clone()))
+        .expect("request")
+}
+
+/// A failed send: the connection is gone.
+fn sent(e: hyper::Error) -> (String, bool) {
+    (format!("send: {e}"), true)
+}
+
 async fn h2_call(c: &mut H2Conn, sh: &Shared, i: usize) -> Result<(), (String, bool)> {
     if c.send.ready().await.is_err() {
         return Err(("connection closed".into(), true));
     }
-    let req = hyper::Request::post(format!("http://{}/engine.v1.Engine/Execute", sh.host))
-        .header(hyper::header::CONTENT_TYPE, "application/grpc")
-        .header("te", "trailers")
-        .header(hyper::header::AUTHORIZATION, &sh.auth)
-        .body(Full::new(sh.grpc_frames[i].clone()))
-        .expect("request");
-    let resp = c
-        .send
-        .send_request(req)
-        .await
-        .map_err(|e| (format!("send: {e}"), true))?;
+    let req = post(
+        &format!("http://{}/engine.v1.Engine/Execute", sh.host),
+        ("te", "trailers"),
+        "application/grpc",
+        sh,
+        &sh.grpc_frames[i],
+    );
+    let resp = c.send.send_request(req).await.map_err(sent)?;
     let (parts, body) = resp.into_parts();
     let collected = body
         .collect()
@@ -373,17 +391,14 @@ async fn one(conn: &mut Conn, sh: &Shared, i: usize) -> Result<(), (String, bool
             if c.send.ready().await.is_err() {
                 return Err(("connection closed".into(), true));
             }
-            let req = hyper::Request::post("/protocol/v1/execute")
-                .header(hyper::header::HOST, &sh.host)
-                .header(hyper::header::CONTENT_TYPE, "application/json")
-                .header(hyper::header::AUTHORIZATION, &sh.auth)
-                .body(Full::new(sh.http_bodies[i].clone()))
-                .expect("request");
-            let resp = c
-                .send
-                .send_request(req)
-                .await
-                .map_err(|e| (format!("send: {e}"), true))?;
+            let req = post(
+                "/protocol/v1/execute",
+                ("host", &sh.host),
+                "application/json",
+                sh,
+                &sh.http_bodies[i],
+            );
+            let resp = c.send.send_request(req).await.map_err(sent)?;
             let status = resp.status();
             let body = resp
                 .into_body()

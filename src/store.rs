@@ -218,9 +218,7 @@ impl Store {
             (last_seq, tenants, replayed)
         };
         txn.commit()?;
-        if !wal.is_empty() {
-            wal.reset()?;
-        }
+        wal.reset();
         if replayed > 0 {
             crate::log::info(&format!(
                 "replayed {replayed} commit group(s) from the redo log"
@@ -436,16 +434,6 @@ fn resolve_tenant_for_write<R: KvRead>(
     Ok((id, true))
 }
 
-/// Makes everything committed so far durable in redb, then empties the redo log.
-fn checkpoint(db: &redb::Database, wal: &mut wal::Wal) -> Result<()> {
-    let mut txn = db.begin_write()?;
-    txn.set_quick_repair(true);
-    txn.set_durability(redb::Durability::Immediate)
-        .map_err(|e| Error::internal(format!("set durability: {e}")))?;
-    txn.commit()?;
-    wal.reset()
-}
-
 /// What commits write groups: redb's write side, the redo log and the commit sequence. It is
 /// behind one mutex, so exactly one group commits at a time, whether on the writer thread
 /// (queued groups) or on a request's own thread (`Store::write` when nothing is queued).
@@ -570,14 +558,24 @@ impl WriterCore {
         }
     }
 
-    /// Makes everything committed durable in redb and empties the log (nothing to do when
-    /// the log is empty or after a failure).
+    /// Makes everything committed durable in redb (an `Immediate` commit), then empties the
+    /// log. Nothing to do when the log is empty or after a failure; a failed checkpoint keeps
+    /// the log, which still holds every write since the last good one.
     fn checkpoint(&mut self) {
         if self.wal.is_empty() || self.failed {
             return;
         }
-        if let Err(e) = checkpoint(&self.db, &mut self.wal) {
-            crate::log::error(&format!("checkpoint failed: {e}"));
+        let durable = (|| -> Result<()> {
+            let mut txn = self.db.begin_write()?;
+            txn.set_quick_repair(true);
+            txn.set_durability(redb::Durability::Immediate)
+                .map_err(|e| Error::internal(format!("set durability: {e}")))?;
+            txn.commit()?;
+            Ok(())
+        })();
+        match durable {
+            Ok(()) => self.wal.reset(),
+            Err(e) => crate::log::error(&format!("checkpoint failed: {e}")),
         }
         self.oldest_unsynced = None;
     }

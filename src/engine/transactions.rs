@@ -19,7 +19,7 @@ use crate::protocol::{
     self, BeginOp, LinkByIdCommand, Mutation, OneOrMany, Operation, PutMode, PutRecordOp, QueryOp,
     RecordQuery, StagedMutation, TransactionOp,
 };
-use crate::store::records::{WriteOp, WriteOutcome};
+use crate::store::records::{self as rec, PutRecord, WriteOp, WriteOutcome};
 use crate::store::{self, Tenant, STAGED_VERSION};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -117,7 +117,7 @@ impl Transactions {
 /// Record ids a write op changes (their committed versions join the transaction's set).
 fn written_ids(op: &WriteOp) -> Vec<Uuid> {
     match op {
-        WriteOp::Put(p) if p.mode != crate::store::records::PutMode::Create => vec![p.id],
+        WriteOp::Put(p) if p.mode != rec::PutMode::Create => vec![p.id],
         WriteOp::Retype { id, .. } | WriteOp::Delete { id } => vec![*id],
         _ => vec![],
     }
@@ -295,8 +295,7 @@ impl Engine {
         match op {
             Operation::Query(QueryOp::Record(q)) => {
                 let id = crate::model::parse_uuid_v7(&q.id, "id")?;
-                let rec =
-                    self.staged_read(open, |kv, t| crate::store::records::get_record(kv, t, &id))?;
+                let rec = self.staged_read(open, |kv, t| rec::get_record(kv, t, &id))?;
                 let rec = rec.ok_or_else(|| Error::not_found(format!("record {id} not found")))?;
                 remember(open, std::slice::from_ref(&rec));
                 Ok(Outcome::Record(Box::new(rec)))
@@ -375,7 +374,7 @@ impl Engine {
         if let Some(t) = self.store.tenant_id(&open.tenant) {
             for id in ops.iter().flat_map(written_ids) {
                 if let std::collections::hash_map::Entry::Vacant(v) = open.seen.entry(id) {
-                    if let Some(r) = crate::store::records::get_record(&snap, t, &id)? {
+                    if let Some(r) = rec::get_record(&snap, t, &id)? {
                         v.insert(r.version);
                     }
                 }
@@ -387,16 +386,13 @@ impl Engine {
         // id is new to the snapshot and to the transaction): checking them alone over the
         // fresh snapshot gives the same answer as replaying everything before them, and a
         // create's check is only that (records::stage_create).
-        if creates_of_new_ids(&open.ops, &ops) {
+        if let Some(creates) = creates_of_new_ids(&open.ops, &ops) {
             let t = self.store.tenant_id(&open.tenant);
-            let out = ops
-                .iter()
-                .map(|op| match op {
-                    WriteOp::Put(p) => {
-                        crate::store::records::stage_create(&snap, t, p.clone(), STAGED_VERSION)
-                            .map(|r| WriteOutcome::Record(Box::new(r)))
-                    }
-                    _ => unreachable!("creates_of_new_ids admits creates only"),
+            let out = creates
+                .into_iter()
+                .map(|p| {
+                    rec::stage_create(&snap, t, p.clone(), STAGED_VERSION)
+                        .map(|r| WriteOutcome::Record(Box::new(r)))
                 })
                 .collect::<Result<Vec<_>>>()?;
             open.ops.extend(ops);
@@ -416,17 +412,27 @@ impl Engine {
     }
 }
 
-/// Whether `new` are creates only, of ids no earlier op of a transaction of creates used.
-fn creates_of_new_ids(staged: &[WriteOp], new: &[WriteOp]) -> bool {
-    let create_id = |op: &WriteOp| match op {
-        WriteOp::Put(p) if p.mode == crate::store::records::PutMode::Create => Some(p.id),
+/// A create op's record.
+fn as_create(op: &WriteOp) -> Option<&PutRecord> {
+    match op {
+        WriteOp::Put(p) if p.mode == rec::PutMode::Create => Some(p),
         _ => None,
-    };
+    }
+}
+
+/// `new` as creates when they are creates only, of ids no earlier op of a transaction of
+/// creates used; None otherwise.
+fn creates_of_new_ids<'a>(staged: &[WriteOp], new: &'a [WriteOp]) -> Option<Vec<&'a PutRecord>> {
     let mut ids = std::collections::HashSet::new();
-    staged
+    if !staged
         .iter()
-        .chain(new)
-        .all(|op| create_id(op).is_some_and(|id| ids.insert(id)))
+        .all(|op| as_create(op).is_some_and(|p| ids.insert(p.id)))
+    {
+        return None;
+    }
+    new.iter()
+        .map(|op| as_create(op).filter(|p| ids.insert(p.id)))
+        .collect()
 }
 
 /// Remembers the committed versions of records a read returned.

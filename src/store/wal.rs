@@ -224,9 +224,8 @@ impl Wal {
     /// Starts the log over at offset 0; call only once everything in it is durable in the
     /// store. Nothing is synced: until a new frame overwrites it, what the file holds has a
     /// sequence no newer than the durable one, and replay skips it.
-    pub fn reset(&mut self) -> Result<()> {
+    pub fn reset(&mut self) {
         self.len = 0;
-        Ok(())
     }
 }
 
@@ -287,7 +286,7 @@ mod tests {
                 .unwrap();
         }
         let size = std::fs::metadata(&path).unwrap().len();
-        w.reset().unwrap();
+        w.reset();
         // Before anything new is written, the old cycle is still readable; the store skips it
         // because its sequences are durable already.
         let (_, frames) = Wal::open(dir.path()).unwrap();
@@ -298,7 +297,7 @@ mod tests {
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(seqs(&frames), vec![6]);
         // A frame of exactly an old frame's length is followed by an older sequence: stop.
-        w.reset().unwrap();
+        w.reset();
         w.append(7, &[(vec![7; 40], Some(vec![1; 40]))]).unwrap();
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(seqs(&frames), vec![7]);

@@ -44,6 +44,43 @@ pub struct Wal {
     /// The file's size: zero-filled (or an earlier cycle's frames) beyond `len`.
     allocated: u64,
     buf: Vec<u8>,
+    /// The thread that runs overlapped fdatasyncs, started at the first one.
+    syncer: Option<Syncer>,
+}
+
+/// A thread that fdatasyncs the log on request, so the caller can work while the disk does.
+/// At most one request is in flight: `start` is always followed by `wait`.
+struct Syncer {
+    start: std::sync::mpsc::SyncSender<()>,
+    done: std::sync::mpsc::Receiver<std::io::Result<()>>,
+}
+
+impl Syncer {
+    fn spawn(file: File) -> std::io::Result<Syncer> {
+        let (start, requests) = std::sync::mpsc::sync_channel::<()>(1);
+        let (answer, done) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("engine-wal-sync".into())
+            .spawn(move || {
+                // Ends when the log (the sender) is dropped.
+                while requests.recv().is_ok() {
+                    if answer.send(file.sync_data()).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Syncer { start, done })
+    }
+
+    /// Runs `work` while the syncer fdatasyncs; answers both results.
+    fn overlap<T>(&self, work: impl FnOnce() -> T) -> (std::io::Result<()>, T) {
+        let gone = || std::io::Error::other("the redo log's sync thread stopped");
+        if self.start.send(()).is_err() {
+            return (Err(gone()), work());
+        }
+        let out = work();
+        (self.done.recv().unwrap_or_else(|_| Err(gone())), out)
+    }
 }
 
 /// A replayable frame.
@@ -152,6 +189,7 @@ impl Wal {
             len: at,
             allocated: size,
             buf: Vec::new(),
+            syncer: None,
         };
         if size < (at + HEADER as u64).max(MIN_EXTEND) {
             wal.extend(MIN_EXTEND)?;
@@ -177,6 +215,40 @@ impl Wal {
 
     /// Writes one frame at the write position and waits until it is on disk.
     pub fn append(&mut self, seq: u64, writes: &[KvWrite]) -> Result<()> {
+        let end = self.write_frame(seq, writes)?;
+        self.file.sync_data().map_err(|e| io(e, &self.path))?;
+        self.len = end;
+        Ok(())
+    }
+
+    /// As `append`, running `work` on this thread while another thread fdatasyncs the frame
+    /// (worth it when `work` takes longer than two thread wake-ups). The frame counts as
+    /// written only when the sync succeeded; `work`'s result is answered either way, since
+    /// it ran.
+    pub fn append_overlapped<T>(
+        &mut self,
+        seq: u64,
+        writes: &[KvWrite],
+        work: impl FnOnce() -> T,
+    ) -> Result<T> {
+        let end = self.write_frame(seq, writes)?;
+        let syncer = match self.syncer.take() {
+            Some(s) => s,
+            None => self
+                .file
+                .try_clone()
+                .and_then(Syncer::spawn)
+                .map_err(|e| io(e, &self.path))?,
+        };
+        let (synced, out) = syncer.overlap(work);
+        self.syncer = Some(syncer);
+        synced.map_err(|e| io(e, &self.path))?;
+        self.len = end;
+        Ok(out)
+    }
+
+    /// Writes one frame at the write position, without syncing it; answers where it ends.
+    fn write_frame(&mut self, seq: u64, writes: &[KvWrite]) -> Result<u64> {
         let buf = &mut self.buf;
         buf.clear();
         buf.extend_from_slice(&[0u8; HEADER]);
@@ -207,9 +279,7 @@ impl Wal {
         self.file
             .write_all_at(&self.buf, self.len)
             .map_err(|e| io(e, &self.path))?;
-        self.file.sync_data().map_err(|e| io(e, &self.path))?;
-        self.len = end;
-        Ok(())
+        Ok(end)
     }
 
     /// Bytes written since the last reset.

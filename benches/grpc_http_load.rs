@@ -4,6 +4,8 @@
 //!   grpc_http_load --mode grpc|http --target HOST:PORT --conc 32 --duration 10 \
 //!                  --workload get|search --ids FILE [--token dev-token] [--system NAME] [--round N]
 //!   grpc_http_load --mode null-grpc-server --listen 127.0.0.1:PORT
+//!   grpc_http_load --mode http-tx --target HOST:PORT --conc 32 --duration 10 --drain 3 \
+//!                  --writes 10 --lat-out FILE [--token dev-token]
 //!
 //! Load modes: `conc` tasks on a tokio multi-thread runtime (worker threads = the CPUs this
 //! process may run on, so 1 under `taskset -c 0`), each on its own connection (HTTP: one
@@ -19,6 +21,16 @@
 //! Success: HTTP 200 with the body read, or gRPC OK with the message decoded; everything else
 //! counts as an error. Connections are opened before the clock starts; a broken one is
 //! reopened (counted as an error). Prints one JSON line: requests, errors, rps, p50/p99 µs.
+//!
+//! `http-tx` (W-TX, benches/run-tx.sh): `conc` tasks, each on its own keep-alive HTTP/1.1
+//! connection, each running client transactions one after another: `POST /api/v1/tx
+//! {"ttl":30000}`, `writes` x `POST /api/v1/records` (a create, label `ORDER`) with
+//! `X-Transaction-Id`, `POST /api/v1/tx/{id}/commit`. No transaction begins after `duration`
+//! seconds; the open one is finished (up to `drain` more seconds). A write that is not staged
+//! (not 201) rolls its transaction back. Counted: commits answered 200 (`commits`; those
+//! answered within `duration`: `commits_window`), 409 conflicts, errors per step. Prints one
+//! line `TXJSON {...}` with the fields benches/tx/tx.lua prints, and writes every committed
+//! transaction's latency (begin sent to commit answer read, µs) to `lat-out`, one per line.
 //!
 //! `null-grpc-server`: the gRPC null-handler reference, mirror of benches/null_http.rs: an
 //! `engine.v1.Engine` service on the engine's own tonic server setup (`Server::builder()`,
@@ -50,13 +62,19 @@ struct Args {
     round: u32,
     /// Connections the tasks share (gRPC); None: one per task.
     connections: Option<usize>,
+    /// http-tx: writes per transaction, seconds to finish open transactions, latency file.
+    writes: usize,
+    drain: f64,
+    lat_out: String,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: grpc_http_load --mode grpc|http --target HOST:PORT --conc N --duration SECONDS \
          --workload get|search --ids FILE [--token T] [--system NAME] [--round N]\n\
-         \x20      grpc_http_load --mode null-grpc-server --listen HOST:PORT"
+         \x20      grpc_http_load --mode null-grpc-server --listen HOST:PORT\n\
+         \x20      grpc_http_load --mode http-tx --target HOST:PORT --conc N --duration SECONDS \
+         --drain SECONDS --writes N --lat-out FILE [--token T]"
     );
     std::process::exit(2);
 }
@@ -74,6 +92,9 @@ fn parse_args() -> Option<Args> {
         system: String::new(),
         round: 0,
         connections: None,
+        writes: 10,
+        drain: 3.0,
+        lat_out: String::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -90,6 +111,9 @@ fn parse_args() -> Option<Args> {
             "--system" => a.system = val(),
             "--round" => a.round = val().parse().unwrap_or_else(|_| usage()),
             "--connections" => a.connections = Some(val().parse().unwrap_or_else(|_| usage())),
+            "--writes" => a.writes = val().parse().unwrap_or_else(|_| usage()),
+            "--drain" => a.drain = val().parse().unwrap_or_else(|_| usage()),
+            "--lat-out" => a.lat_out = val(),
             // `cargo bench` passes --bench; ignore it.
             "--bench" => {}
             "-h" | "--help" => usage(),
@@ -119,7 +143,9 @@ fn main() {
         .expect("runtime");
     match args.mode.as_str() {
         "null-grpc-server" => rt.block_on(null_grpc_server(args.listen)),
+        "null-h2-server" => rt.block_on(null_h2_server(args.listen)),
         "grpc" | "grpc-tonic" | "http" => rt.block_on(load(args, threads)),
+        "http-tx" => rt.block_on(tx_load(args)),
         other => {
             eprintln!("grpc_http_load: unknown mode {other:?}");
             usage();
@@ -190,6 +216,43 @@ async fn null_grpc_server(listen: String) {
             eprintln!("grpc_http_load: gRPC server: {e}");
             std::process::exit(1);
         });
+}
+
+/// EXPERIMENT: the gRPC null handler on hyper's HTTP/2 server without tonic.
+async fn null_h2_server(listen: String) {
+    let listener = tokio::net::TcpListener::bind(&listen).await.expect("bind");
+    println!("listening grpc {}", listener.local_addr().unwrap());
+    let frame = grpc_frame(&pb::Response {
+        protocol_version: 1,
+        response_json: NULL_RESPONSE.to_string(),
+    });
+    loop {
+        let (s, _) = listener.accept().await.expect("accept");
+        let _ = s.set_nodelay(true);
+        let frame = frame.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let frame = frame.clone();
+                async move {
+                    let _ = req.into_body().collect().await;
+                    let mut tr = hyper::HeaderMap::new();
+                    tr.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
+                    let frames: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> =
+                        vec![Ok(hyper::body::Frame::data(frame)), Ok(hyper::body::Frame::trailers(tr))];
+                    let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
+                    Ok::<_, std::convert::Infallible>(
+                        hyper::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .body(body)
+                            .unwrap(),
+                    )
+                }
+            });
+            let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                .await;
+        });
+    }
 }
 
 // ------------------------------------------------------------------ load
@@ -384,13 +447,29 @@ struct Shared {
     grpc_frames: Vec<Bytes>,
 }
 
+/// Sends `req` on an HTTP/1.1 connection and reads the whole answer.
+async fn exchange(
+    c: &mut HttpConn,
+    req: hyper::Request<Full<Bytes>>,
+) -> Result<(hyper::StatusCode, Bytes), (String, bool)> {
+    if c.send.ready().await.is_err() {
+        return Err(("connection closed".into(), true));
+    }
+    let resp = c.send.send_request(req).await.map_err(sent)?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| (format!("body: {e}"), true))?
+        .to_bytes();
+    Ok((status, body))
+}
+
 /// One request; Ok(()) on success, Err((message, reconnect)) otherwise.
 async fn one(conn: &mut Conn, sh: &Shared, i: usize) -> Result<(), (String, bool)> {
     match conn {
         Conn::Http(c) => {
-            if c.send.ready().await.is_err() {
-                return Err(("connection closed".into(), true));
-            }
             let req = post(
                 "/protocol/v1/execute",
                 ("host", &sh.host),
@@ -398,14 +477,7 @@ async fn one(conn: &mut Conn, sh: &Shared, i: usize) -> Result<(), (String, bool
                 sh,
                 &sh.http_bodies[i],
             );
-            let resp = c.send.send_request(req).await.map_err(sent)?;
-            let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| (format!("body: {e}"), true))?
-                .to_bytes();
+            let (status, body) = exchange(c, req).await?;
             if status != hyper::StatusCode::OK {
                 return Err((
                     format!("HTTP {status}: {}", String::from_utf8_lossy(&body)),
@@ -602,4 +674,295 @@ async fn load(args: Args, threads: usize) {
         "max_us": lat.last().copied().unwrap_or(0),
     });
     println!("{line}");
+}
+
+// ------------------------------------------------------------------ http-tx (W-TX)
+
+/// The W8 create body, as benches/tx/tx.lua sends it.
+const TX_WRITE_BODY: &str = r#"{"label":"ORDER","data":{"status":"paid","total":12.5,"city":"Oslo","createdAt":"2026-01-01T10:00:00Z"}}"#;
+
+/// One task's counts (the fields of tx.lua's TXJSON line) and latencies.
+#[derive(Default)]
+struct TxCounts {
+    commits: u64,
+    commits_window: u64,
+    conflicts: u64,
+    aborted: u64,
+    err_begin: u64,
+    err_write: u64,
+    err_commit: u64,
+    err_rollback: u64,
+    err_connect: u64,
+    requests: u64,
+    finished: bool,
+    tx_lat_us: Vec<u32>,
+    req_lat_us: Vec<u32>,
+    odd: Option<String>,
+}
+
+impl TxCounts {
+    fn note(&mut self, step: &str, e: &str) {
+        if self.odd.is_none() {
+            self.odd = Some(format!("{step} {}", e.chars().take(300).collect::<String>()));
+        }
+    }
+}
+
+struct TxShared {
+    host: String,
+    auth: String,
+    begin_body: Bytes,
+    write_body: Bytes,
+}
+
+impl TxShared {
+    fn request(&self, uri: &str, txid: Option<&str>, body: Option<&Bytes>) -> hyper::Request<Full<Bytes>> {
+        let mut b = hyper::Request::post(uri)
+            .header(hyper::header::HOST, &self.host)
+            .header(hyper::header::AUTHORIZATION, &self.auth);
+        if let Some(id) = txid {
+            b = b.header("x-transaction-id", id);
+        }
+        let body = match body {
+            Some(body) => {
+                b = b.header(hyper::header::CONTENT_TYPE, "application/json");
+                body.clone()
+            }
+            None => Bytes::new(),
+        };
+        b.body(Full::new(body)).expect("request")
+    }
+}
+
+/// Sends one step of a transaction, timing it; Err carries the answer or the failure.
+async fn tx_step(
+    c: &mut HttpConn,
+    r: &mut TxCounts,
+    req: hyper::Request<Full<Bytes>>,
+    want: hyper::StatusCode,
+) -> Result<Bytes, (Option<hyper::StatusCode>, String, bool)> {
+    let t0 = Instant::now();
+    r.requests += 1;
+    match exchange(c, req).await {
+        Ok((status, body)) => {
+            r.req_lat_us
+                .push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+            if status == want {
+                Ok(body)
+            } else {
+                let text = String::from_utf8_lossy(&body).into_owned();
+                Err((Some(status), format!("{status} {text}"), false))
+            }
+        }
+        Err((e, reconnect)) => Err((None, e, reconnect)),
+    }
+}
+
+/// The transaction id in a begin answer (`{"success":true,"data":{"id":"...",...}}`).
+fn tx_id(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.get("data")?.get("id")?.as_str().map(str::to_string)
+}
+
+/// One task: transactions one after another until `deadline`, the open one finished.
+async fn tx_task(
+    mut c: HttpConn,
+    sh: Arc<TxShared>,
+    target: String,
+    writes: usize,
+    deadline: Instant,
+) -> TxCounts {
+    let mut r = TxCounts {
+        tx_lat_us: Vec::with_capacity(1 << 12),
+        req_lat_us: Vec::with_capacity(1 << 16),
+        ..Default::default()
+    };
+    let mut broken = false;
+    while Instant::now() < deadline {
+        if broken {
+            match http_connect(&target).await {
+                Ok(n) => (c, broken) = (n, false),
+                Err(e) => {
+                    r.err_connect += 1;
+                    r.note("connect", &e);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            }
+        }
+        let t_begin = Instant::now();
+        let begin = sh.request("/api/v1/tx", None, Some(&sh.begin_body));
+        let id = match tx_step(&mut c, &mut r, begin, hyper::StatusCode::OK).await {
+            Ok(body) => match tx_id(&body) {
+                Some(id) => id,
+                None => {
+                    r.err_begin += 1;
+                    r.note("begin", &String::from_utf8_lossy(&body));
+                    continue;
+                }
+            },
+            Err((_, e, reconnect)) => {
+                r.err_begin += 1;
+                r.note("begin", &e);
+                broken = reconnect;
+                continue;
+            }
+        };
+        let mut staged = true;
+        for _ in 0..writes {
+            let w = sh.request("/api/v1/records", Some(&id), Some(&sh.write_body));
+            if let Err((_, e, reconnect)) =
+                tx_step(&mut c, &mut r, w, hyper::StatusCode::CREATED).await
+            {
+                r.err_write += 1;
+                r.note("write", &e);
+                broken = reconnect;
+                staged = false;
+                break;
+            }
+        }
+        if broken {
+            continue; // the transaction expires on the server (ttl)
+        }
+        if !staged {
+            // Not every write was staged: roll back, so no partial transaction commits.
+            let rb = sh.request(&format!("/api/v1/tx/{id}/rollback"), Some(&id), None);
+            match tx_step(&mut c, &mut r, rb, hyper::StatusCode::OK).await {
+                Ok(_) => r.aborted += 1,
+                Err((_, e, reconnect)) => {
+                    r.err_rollback += 1;
+                    r.note("rollback", &e);
+                    broken = reconnect;
+                }
+            }
+            continue;
+        }
+        let commit = sh.request(&format!("/api/v1/tx/{id}/commit"), Some(&id), None);
+        match tx_step(&mut c, &mut r, commit, hyper::StatusCode::OK).await {
+            Ok(_) => {
+                let now = Instant::now();
+                r.commits += 1;
+                if now <= deadline {
+                    r.commits_window += 1;
+                }
+                r.tx_lat_us
+                    .push((now - t_begin).as_micros().min(u32::MAX as u128) as u32);
+            }
+            Err((Some(hyper::StatusCode::CONFLICT), _, _)) => r.conflicts += 1,
+            Err((_, e, reconnect)) => {
+                r.err_commit += 1;
+                r.note("commit", &e);
+                broken = reconnect;
+            }
+        }
+    }
+    r.finished = true;
+    r
+}
+
+async fn tx_load(args: Args) {
+    if args.target.is_empty() || args.conc == 0 || args.writes == 0 || args.lat_out.is_empty() {
+        usage();
+    }
+    let sh = Arc::new(TxShared {
+        host: args.target.clone(),
+        auth: format!("Bearer {}", args.token),
+        begin_body: Bytes::from_static(br#"{"ttl":30000}"#),
+        write_body: Bytes::from_static(TX_WRITE_BODY.as_bytes()),
+    });
+    let mut conns = Vec::with_capacity(args.conc);
+    for _ in 0..args.conc {
+        match http_connect(&args.target).await {
+            Ok(c) => conns.push(c),
+            Err(e) => {
+                eprintln!("grpc_http_load: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(args.duration);
+    let handles: Vec<_> = conns
+        .into_iter()
+        .map(|c| {
+            let task = tx_task(c, sh.clone(), args.target.clone(), args.writes, deadline);
+            tokio::spawn(async move { task.await })
+        })
+        .collect();
+    // A task still running `drain` seconds after the window is counted as unfinished.
+    let drain_end = deadline + Duration::from_secs_f64(args.drain);
+    let mut all = TxCounts::default();
+    let mut unfinished = 0u64;
+    let mut odds = Vec::new();
+    for mut h in handles {
+        let r = match tokio::time::timeout_at(drain_end.into(), &mut h).await {
+            Ok(r) => r.expect("task"),
+            Err(_) => {
+                h.abort();
+                unfinished += 1;
+                continue;
+            }
+        };
+        all.commits += r.commits;
+        all.commits_window += r.commits_window;
+        all.conflicts += r.conflicts;
+        all.aborted += r.aborted;
+        all.err_begin += r.err_begin;
+        all.err_write += r.err_write;
+        all.err_commit += r.err_commit;
+        all.err_rollback += r.err_rollback;
+        all.err_connect += r.err_connect;
+        all.requests += r.requests;
+        all.tx_lat_us.extend_from_slice(&r.tx_lat_us);
+        all.req_lat_us.extend_from_slice(&r.req_lat_us);
+        if let Some(o) = r.odd {
+            if odds.len() < 5 {
+                odds.push(o);
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    let mut out = String::with_capacity(all.tx_lat_us.len() * 6);
+    for v in &all.tx_lat_us {
+        out.push_str(&v.to_string());
+        out.push('\n');
+    }
+    std::fs::write(&args.lat_out, out).unwrap_or_else(|e| {
+        eprintln!("grpc_http_load: cannot write {}: {e}", args.lat_out);
+        std::process::exit(1);
+    });
+    all.req_lat_us.sort_unstable();
+    let pct = |p: f64| -> u32 {
+        let l = &all.req_lat_us;
+        if l.is_empty() {
+            return 0;
+        }
+        l[(((l.len() - 1) as f64) * p).round() as usize]
+    };
+    for o in &odds {
+        println!("ODD {o}");
+    }
+    let line = serde_json::json!({
+        "commits": all.commits,
+        "commits_window": all.commits_window,
+        "conflicts": all.conflicts,
+        "aborted": all.aborted,
+        "unfinished": unfinished,
+        "open_tx": unfinished,
+        "err_begin": all.err_begin,
+        "err_write": all.err_write,
+        "err_commit": all.err_commit,
+        "err_rollback": all.err_rollback,
+        "requests": all.requests,
+        "duration_us": elapsed.as_micros() as u64,
+        "err_connect": all.err_connect,
+        "err_read": 0,
+        "err_write_sock": 0,
+        "err_status": 0,
+        "err_timeout": 0,
+        "req_p50_us": pct(0.50),
+        "req_p99_us": pct(0.99),
+        "threads": args.conc,
+    });
+    println!("TXJSON {line}");
 }

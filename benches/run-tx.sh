@@ -12,21 +12,26 @@
 #   CONC [32]           concurrent clients (wrk connections / pgbench -c)
 #   WRITES [10]         writes per transaction (the engine client; pg-tx.sql holds 10 INSERTs)
 #   WARMUP [3]          seconds of unrecorded warm-up per system before round 1 (0 = none)
-#   DRAIN [3]           extra seconds wrk runs after DURATION so each connection finishes the
-#                       transaction it has open (no new ones begin after DURATION)
-#   LOADGEN_CPU [0]     CPU the load generators (wrk, pgbench) are pinned to with taskset
+#   DRAIN [3]           extra seconds the engine's client runs after DURATION so each connection
+#                       finishes the transaction it has open (no new ones begin after DURATION)
+#   CLIENT [rust]       the engine's load client: `rust` (benches/grpc_http_load.rs --mode
+#                       http-tx, compiled like pgbench) or `wrk` (benches/tx/tx.lua, LuaJIT)
+#   LOADGEN_CPU [0]     CPU the load generators (engine client, pgbench) are pinned to (taskset)
 #   ENGINE_PORT [18181] PG_PORT [55433]   loopback ports
 #   BENCH_DIR [mktemp under /var/tmp]  data directories (engine, PostgreSQL)
 #   RESULTS_DIR [bench-results/tx-DATE under the repo]
 #   KEEP_DATA [0]       1 keeps BENCH_DIR after the run
 #   KEEP_PGBENCH_LOGS [] non-empty keeps pgbench per-transaction logs
-#   ENGINE_BIN          use this engine binary instead of building (cargo build --release)
+#   ENGINE_BIN, LOAD_BIN  use these binaries instead of building (cargo build --release)
 #
-# Engine transaction (benches/tx/tx.lua): POST /api/v1/tx {"ttl":30000} -> 10 x
-# POST /api/v1/records (creates, X-Transaction-Id; creates never conflict) -> POST
-# /api/v1/tx/{id}/commit; 12 HTTP requests, keep-alive. wrk keeps Lua state per thread, so it
-# runs -tCONC -cCONC (one connection per thread, each thread a transaction state machine), all
-# threads pinned to LOADGEN_CPU. Latency: begin sent -> commit answer read, per transaction.
+# Engine transaction: POST /api/v1/tx {"ttl":30000} -> 10 x POST /api/v1/records (creates,
+# X-Transaction-Id; creates never conflict) -> POST /api/v1/tx/{id}/commit; 12 HTTP requests,
+# keep-alive, one connection per client. CLIENT=rust: CONC tokio tasks on one runtime thread
+# (the process is pinned to LOADGEN_CPU, so tokio runs one worker), each a transaction loop on
+# its own hyper HTTP/1.1 connection. CLIENT=wrk: wrk keeps Lua state per thread, so it runs
+# -tCONC -cCONC (one connection per thread, each thread a transaction state machine), all
+# threads pinned to LOADGEN_CPU; its 32 threads cost about twice pgbench's CPU.
+# Latency: begin sent -> commit answer read, per transaction.
 # PostgreSQL transaction (benches/tx/pg-tx.sql): BEGIN; 10 x INSERT INTO records(label, props);
 # COMMIT; with pgbench -n -M prepared -c CONC -j 2 -T DURATION -l, pinned to LOADGEN_CPU; table
 # records(id uuid primary key default gen_random_uuid(), label text, props jsonb) with a btree on
@@ -52,6 +57,7 @@ LOADGEN_CPU=${LOADGEN_CPU:-0}
 ENGINE_PORT=${ENGINE_PORT:-18181}
 PG_PORT=${PG_PORT:-55433}
 KEEP_DATA=${KEEP_DATA:-0}
+CLIENT=${CLIENT:-rust}
 RESULTS_DIR=${RESULTS_DIR:-$repo/bench-results/tx-$(date +%Y%m%dT%H%M%S)}
 PGBIN=/usr/lib/postgresql/15/bin
 TXD=$here/tx
@@ -64,6 +70,7 @@ NULL_BIN= NULL_PORT=0 # servers.sh expects them; this benchmark has no null hand
 . "$here/lib/servers.sh"
 
 ensure_tools() {
+  case $CLIENT in rust|wrk) ;; *) die "CLIENT must be rust or wrk, not $CLIENT" ;; esac
   ensure_apt wrk:wrk taskset:util-linux python3:python3 runuser:util-linux pg pgbench
   command -v cargo >/dev/null || [ -n "${ENGINE_BIN:-}" ] || die "cargo not found"
 }
@@ -107,17 +114,24 @@ print("    round %s %s c=%s: %.0f commits/s  p50=%s us  p99=%s us  committed=%s 
 engine_run() {
   local rnd=$1 secs=${2:-$DURATION}
   local raw=$RAW/r$rnd-engine.txt lat=$RAW/r$rnd-engine.lat cpu=$RAW/r$rnd-engine.cpu c
-  # wrk's own CPU time (user+sys, from /usr/bin/time) shows whether the client is the bottleneck.
-  BENCH_TOKEN=$TOKEN BENCH_SECONDS=$secs BENCH_WRITES=$WRITES BENCH_LAT_OUT=$lat \
-    /usr/bin/time -f '%U %S %e' -o "$cpu" taskset -c "$LOADGEN_CPU" wrk -t"$CONC" -c"$CONC" \
-    -d"$((secs + DRAIN))s" --timeout 10s -s "$TXD/tx.lua" "http://127.0.0.1:$ENGINE_PORT/" \
-    >"$raw" 2>&1 || die "wrk failed, see $raw"
+  # The client's own CPU time (user+sys, from /usr/bin/time) shows whether it is the bottleneck.
+  if [ "$CLIENT" = rust ]; then
+    /usr/bin/time -f '%U %S %e' -o "$cpu" taskset -c "$LOADGEN_CPU" "$LOAD_BIN" --mode http-tx \
+      --target "127.0.0.1:$ENGINE_PORT" --conc "$CONC" --duration "$secs" --drain "$DRAIN" \
+      --writes "$WRITES" --lat-out "$lat" --token "$TOKEN" >"$raw" 2>&1 \
+      || die "grpc_http_load failed, see $raw"
+  else
+    BENCH_TOKEN=$TOKEN BENCH_SECONDS=$secs BENCH_WRITES=$WRITES BENCH_LAT_OUT=$lat \
+      /usr/bin/time -f '%U %S %e' -o "$cpu" taskset -c "$LOADGEN_CPU" wrk -t"$CONC" -c"$CONC" \
+      -d"$((secs + DRAIN))s" --timeout 10s -s "$TXD/tx.lua" "http://127.0.0.1:$ENGINE_PORT/" \
+      >"$raw" 2>&1 || die "wrk failed, see $raw"
+  fi
   grep -q '^TXJSON ' "$raw" || die "no TXJSON line in $raw"
   c=$(python3 -c 'import json,sys; w=json.loads(open(sys.argv[1]).read().split("TXJSON ",1)[1].splitlines()[0]); print(w["commits"], w["unfinished"])' "$raw")
   ENGINE_COMMITTED=$((ENGINE_COMMITTED + ${c% *})) ENGINE_UNFINISHED=$((ENGINE_UNFINISHED + ${c#* }))
   grep '^ODD ' "$raw" >&2 || true
-  log "  wrk CPU: $(awk -v s="$secs" '{printf "user %.1f s + sys %.1f s = %.0f%% of one CPU over the %s s window (%.1f s wall with the drain)", $1, $2, 100*($1+$2)/s, s, $3}' "$cpu")"
-  [ "$rnd" = 0 ] || record python3 "$REPORT" wrk "$rnd" "$raw" "$lat" "$secs" "$cpu"
+  log "  $CLIENT CPU: $(awk -v s="$secs" '{printf "user %.1f s + sys %.1f s = %.0f%% of one CPU over the %s s window (%.1f s wall with the drain)", $1, $2, 100*($1+$2)/s, s, $3}' "$cpu")"
+  [ "$rnd" = 0 ] || record python3 "$REPORT" "$CLIENT" "$rnd" "$raw" "$lat" "$secs" "$cpu"
 }
 
 # pg_run ROUND [SECONDS]
@@ -164,7 +178,11 @@ checks() {
 
 main() {
   ensure_tools
-  build_release ENGINE_BIN=bin:engine
+  if [ "$CLIENT" = rust ]; then
+    build_release ENGINE_BIN=bin:engine LOAD_BIN=bench:grpc_http_load
+  else
+    build_release ENGINE_BIN=bin:engine
+  fi
   mkdir -p "$RESULTS_DIR"
   RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
   RAW=$RESULTS_DIR/raw JSONL=$RESULTS_DIR/results.jsonl

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Parsing and reporting for benches/run-tx.sh (standard library only).
 
-  tx_report.py wrk     ROUND RAW LATFILE SECONDS CPUFILE -> one JSON line on stdout (engine)
+  tx_report.py rust|wrk ROUND RAW LATFILE SECONDS CPUFILE -> one JSON line on stdout (engine;
+                   the client's TXJSON line: grpc_http_load --mode http-tx, or tx.lua)
   tx_report.py pgbench ROUND RAW LOGPREFIX CPUFILE       -> one JSON line on stdout (PostgreSQL)
 CPUFILE: the load generator's `/usr/bin/time -f '%U %S %e'` output (user, sys, wall seconds).
   tx_report.py summary RESULTS_DIR                -> writes RESULTS_DIR/summary.md, prints it
@@ -30,7 +31,7 @@ def pct(sorted_vals, p):
     return sorted_vals[int(round((len(sorted_vals) - 1) * p))]
 
 
-def parse_wrk(rnd, raw, latfile, seconds):
+def parse_engine_client(tool, rnd, raw, latfile, seconds):
     text = open(raw, encoding="utf-8", errors="replace").read()
     m = re.search(r"^TXJSON (\{.*\})$", text, re.M)
     if not m:
@@ -46,7 +47,7 @@ def parse_wrk(rnd, raw, latfile, seconds):
         "committed_in_window": w["commits_window"], "conflicts": w["conflicts"],
         "aborted": w["aborted"], "unfinished": w["unfinished"], "open_tx": w["open_tx"],
         "errors": errors, "requests": w["requests"], "req_p50_us": w["req_p50_us"],
-        "req_p99_us": w["req_p99_us"], "seconds": seconds, "tool": "wrk",
+        "req_p99_us": w["req_p99_us"], "seconds": seconds, "tool": tool,
     }
 
 
@@ -127,7 +128,7 @@ def summary(results_dir):
         out.append("")
     eng = [x for x in rows if x["system"] == "engine"]
     if eng:
-        out.append("Engine per-request latency (all 12 request kinds, wrk histogram), median p50/p99: "
+        out.append(f"Engine per-request latency (all 12 request kinds, {eng[0].get('tool', 'wrk')} client), median p50/p99: "
                    f"{fmt_ms(med([x['req_p50_us'] for x in eng]))} / {fmt_ms(med([x['req_p99_us'] for x in eng]))}; "
                    f"conflicts {sum(x['conflicts'] for x in eng)}, rolled back after a failed write "
                    f"{sum(x['aborted'] for x in eng)}, threads that did not drain {sum(x['unfinished'] for x in eng)}.")
@@ -143,8 +144,8 @@ def summary(results_dir):
 
 
 def main(argv):
-    if argv[1] == "wrk":
-        r = parse_wrk(int(argv[2]), argv[3], argv[4], float(argv[5]))
+    if argv[1] in ("rust", "wrk"):
+        r = parse_engine_client(argv[1], int(argv[2]), argv[3], argv[4], float(argv[5]))
         r["client_cpu_s"] = client_cpu(argv[6])
         print(json.dumps(r))
     elif argv[1] == "pgbench":

@@ -231,23 +231,28 @@ async fn null_h2_server(listen: String) {
         let _ = s.set_nodelay(true);
         let frame = frame.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let frame = frame.clone();
-                async move {
-                    let _ = req.into_body().collect().await;
-                    let mut tr = hyper::HeaderMap::new();
-                    tr.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
-                    let frames: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> =
-                        vec![Ok(hyper::body::Frame::data(frame)), Ok(hyper::body::Frame::trailers(tr))];
-                    let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
-                    Ok::<_, std::convert::Infallible>(
-                        hyper::Response::builder()
-                            .header("content-type", "application/grpc")
-                            .body(body)
-                            .unwrap(),
-                    )
-                }
-            });
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let frame = frame.clone();
+                    async move {
+                        let _ = req.into_body().collect().await;
+                        let mut tr = hyper::HeaderMap::new();
+                        tr.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
+                        let frames: Vec<
+                            Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+                        > = vec![
+                            Ok(hyper::body::Frame::data(frame)),
+                            Ok(hyper::body::Frame::trailers(tr)),
+                        ];
+                        let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
+                        Ok::<_, std::convert::Infallible>(
+                            hyper::Response::builder()
+                                .header("content-type", "application/grpc")
+                                .body(body)
+                                .unwrap(),
+                        )
+                    }
+                });
             let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
                 .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
                 .await;
@@ -703,7 +708,10 @@ struct TxCounts {
 impl TxCounts {
     fn note(&mut self, step: &str, e: &str) {
         if self.odd.is_none() {
-            self.odd = Some(format!("{step} {}", e.chars().take(300).collect::<String>()));
+            self.odd = Some(format!(
+                "{step} {}",
+                e.chars().take(300).collect::<String>()
+            ));
         }
     }
 }
@@ -716,7 +724,12 @@ struct TxShared {
 }
 
 impl TxShared {
-    fn request(&self, uri: &str, txid: Option<&str>, body: Option<&Bytes>) -> hyper::Request<Full<Bytes>> {
+    fn request(
+        &self,
+        uri: &str,
+        txid: Option<&str>,
+        body: Option<&Bytes>,
+    ) -> hyper::Request<Full<Bytes>> {
         let mut b = hyper::Request::post(uri)
             .header(hyper::header::HOST, &self.host)
             .header(hyper::header::AUTHORIZATION, &self.auth);

@@ -525,7 +525,8 @@ impl WriterCore {
             // group's redb inserts run while its frame syncs; they fail only with redb's
             // storage, and a failure after the frame reached the log counts as logged.
             if frame.len() >= OVERLAP_SYNC_MIN_WRITES {
-                let inserted = wal.append_overlapped(*last_seq, &frame, || insert_all(&mut table))?;
+                let inserted =
+                    wal.append_overlapped(*last_seq, &frame, || insert_all(&mut table))?;
                 logged = true;
                 inserted?;
             } else {

@@ -899,7 +899,7 @@ async fn tx_load(args: Args) {
         .into_iter()
         .map(|c| {
             let task = tx_task(c, sh.clone(), args.target.clone(), args.writes, deadline);
-            tokio::spawn(async move { task.await })
+            tokio::spawn(task)
         })
         .collect();
     // A task still running `drain` seconds after the window is counted as unfinished.

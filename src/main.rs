@@ -1,6 +1,11 @@
 use clap::Parser;
 use engine::cli::{Cli, Command};
 
+/// The engine's allocator: request tasks allocate what the writer thread frees, a pattern
+/// glibc malloc serves with arena locks and consolidation (docs/design.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn mint(m: &engine::cli::MintArgs) -> Result<String, String> {
     let hex = std::env::var(&m.secret_env)
         .map_err(|_| format!("environment variable {} is not set", m.secret_env))?;

@@ -1,13 +1,20 @@
 //! The tenant-keyspaced graph store on redb.
 //!
-//! Writes: one writer (`WriterCore`, behind a mutex) owns redb's write transaction. The writer
-//! thread drains queued batches (a write alone in flight commits on its own thread), applies
-//! each on its own overlay (validation and mutation see the latest state, and a failing batch
-//! contributes nothing), appends the group's writes to the redo log with one fdatasync, makes
-//! them visible with a redb commit that does not fsync, then acknowledges every caller.
-//! Acknowledged therefore means durable (in the log, replayed at startup if redb lost it).
-//! Checkpoints make redb durable and empty the log. Reads: MVCC snapshots, never blocked by
-//! the writer.
+//! Writes: one writer (`WriterCore`, behind a mutex) commits groups. The writer thread drains
+//! queued batches (a write alone in flight commits on its own thread), applies each on its own
+//! overlay over the latest view (validation and mutation see the latest state, and a failing
+//! batch contributes nothing), appends the group's writes to the redo log with one fdatasync,
+//! publishes them (readers see them from then on), then acknowledges every caller.
+//! Acknowledged therefore means durable (in the log, replayed at startup) and visible.
+//!
+//! Published writes: a group's writes stay in memory, in a list every snapshot reads through,
+//! until the applier thread has written them into redb (a commit that does not fsync, many
+//! groups at a time); redb inserts are off the acknowledged path. Invariants: a batch leaves
+//! the list only after redb committed it; redb receives batches in commit order, whole, one
+//! drain at a time; a snapshot takes the list before its redb read transaction and drops the
+//! batches redb already holds by sequence (`kv::Snapshot::new`). Checkpoints drain the list
+//! into a durable redb commit and empty the log. Reads: MVCC snapshots, never blocked by the
+//! writer.
 
 pub mod codec;
 pub mod keys;
@@ -18,12 +25,12 @@ pub mod wal;
 
 use crate::error::{Error, Result};
 use keys::Key;
-use kv::{KvRead, Overlay, Snapshot, KV};
+use kv::{Batch, KvRead, Overlay, Snapshot, KV};
 use records::{RecordWriter, WriteOp, WriteOutcome};
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 /// The one storage format version this build reads (see docs/design.md).
@@ -41,12 +48,13 @@ const QUEUE: usize = 4096;
 const CHECKPOINT_BYTES: u64 = 256 * 1024 * 1024;
 /// ...or when its oldest write is this old...
 const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
-/// A group writing at least this many keys (about four creates) syncs its redo-log frame on
-/// the log's sync thread while it inserts into redb; smaller groups sync on the writer's own
-/// thread, where two thread wake-ups would cost more than the inserts they overlap.
-const OVERLAP_SYNC_MIN_WRITES: usize = 32;
 /// ...or when no write arrived for this long.
 const CHECKPOINT_IDLE: std::time::Duration = std::time::Duration::from_millis(500);
+/// The writer waits for the applier before a group while this many published keys...
+const MAX_PUBLISHED_KEYS: usize = 2_000_000;
+/// ...or this many published batches are not in redb yet (bounds memory and the batches a
+/// read looks through).
+const MAX_PUBLISHED_BATCHES: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TenancyMode {
@@ -95,7 +103,7 @@ enum TenantChange {
 }
 
 pub struct Store {
-    db: Arc<redb::Database>,
+    published: Arc<Published>,
     pub mode: TenancyMode,
     tenants: TenantCache,
     sender: RwLock<Option<mpsc::Sender<WriteRequest>>>,
@@ -103,6 +111,150 @@ pub struct Store {
     /// Calls of `write` in progress.
     writes_in_flight: std::sync::atomic::AtomicUsize,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    applier: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Writes acknowledged and visible but not yet in redb, and the drain that moves them there
+/// (see the module comment for the invariants).
+struct Published {
+    db: Arc<redb::Database>,
+    state: Mutex<PublishedState>,
+    /// Signalled when batches are published or drained, and at stop.
+    changed: Condvar,
+    /// Held for a whole drain (list taken, redb commit, list trimmed): the applier thread and
+    /// a checkpoint never interleave, so redb never gets an older batch after a newer one.
+    draining: Mutex<()>,
+}
+
+#[derive(Default)]
+struct PublishedState {
+    batches: kv::Published,
+    /// Keys in `batches`.
+    keys: usize,
+    /// A drain failed: redb may lack published writes, so no more are taken (the redo log
+    /// holds them; a restart replays it).
+    failed: bool,
+    stop: bool,
+}
+
+impl Published {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PublishedState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A consistent view: the published list first, redb's read transaction second.
+    fn snapshot(&self) -> Result<Snapshot> {
+        let batches = self.lock().batches.clone();
+        let txn = self.db.begin_read()?;
+        Snapshot::new(&txn, &batches)
+    }
+
+    fn failed(&self) -> bool {
+        self.lock().failed
+    }
+
+    /// Makes a logged group visible.
+    fn publish(&self, batch: Batch) {
+        let mut st = self.lock();
+        st.keys += batch.writes.len();
+        Arc::make_mut(&mut st.batches).push(Arc::new(batch));
+        self.changed.notify_all();
+    }
+
+    /// Waits while the applier is too far behind (or until it failed).
+    fn wait_for_room(&self) {
+        let mut st = self.lock();
+        while !st.failed
+            && (st.keys >= MAX_PUBLISHED_KEYS || st.batches.len() >= MAX_PUBLISHED_BATCHES)
+        {
+            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Writes every published batch into redb in one transaction (durable: an `Immediate`
+    /// commit, even with nothing published), then takes them off the list.
+    fn drain(&self, durable: bool) -> Result<()> {
+        let _one = self.draining.lock().unwrap_or_else(|p| p.into_inner());
+        let batches = self.lock().batches.clone();
+        if batches.is_empty() && !durable {
+            return Ok(());
+        }
+        let done = (|| -> Result<()> {
+            let mut txn = self.db.begin_write()?;
+            if durable {
+                txn.set_quick_repair(true);
+            }
+            txn.set_durability(if durable {
+                redb::Durability::Immediate
+            } else {
+                redb::Durability::None
+            })
+            .map_err(|e| Error::internal(format!("set durability: {e}")))?;
+            {
+                let mut table = txn.open_table(KV)?;
+                let mut apply = |k: &[u8], v: Option<&[u8]>| -> Result<()> {
+                    match v {
+                        Some(v) => table.insert(k, v)?,
+                        None => table.remove(k)?,
+                    };
+                    Ok(())
+                };
+                if let [one] = batches.as_slice() {
+                    for (k, v) in &one.writes {
+                        apply(k, v.as_deref())?;
+                    }
+                } else {
+                    // Newest wins on equal keys (a counter every group rewrites lands once).
+                    let mut merged: std::collections::BTreeMap<&[u8], Option<&[u8]>> =
+                        Default::default();
+                    for b in batches.iter() {
+                        for (k, v) in &b.writes {
+                            merged.insert(k, v.as_deref());
+                        }
+                    }
+                    for (k, v) in merged {
+                        apply(k, v)?;
+                    }
+                }
+            }
+            txn.commit()?;
+            Ok(())
+        })();
+        let mut st = self.lock();
+        match done {
+            Ok(()) => {
+                // The list only grew at its end meanwhile: its first entries are these.
+                let keys: usize = batches.iter().map(|b| b.writes.len()).sum();
+                Arc::make_mut(&mut st.batches).drain(..batches.len());
+                st.keys -= keys;
+            }
+            Err(_) => st.failed = true,
+        }
+        self.changed.notify_all();
+        done
+    }
+}
+
+/// Drains published batches into redb as they come; many groups land in one redb commit when
+/// the writer outpaces it.
+fn applier_loop(p: Arc<Published>) {
+    loop {
+        {
+            let mut st = p.lock();
+            while (st.batches.is_empty() || st.failed) && !st.stop {
+                st = p.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            if st.stop {
+                return;
+            }
+        }
+        if let Err(e) = p.drain(false) {
+            crate::log::error(&format!(
+                "applying committed writes to the store failed ({}); refusing writes until restart (the redo log keeps them)",
+                e.message
+            ));
+        }
+    }
 }
 
 fn startup(msg: impl Into<String>) -> Error {
@@ -228,17 +380,21 @@ impl Store {
                 "replayed {replayed} commit group(s) from the redo log"
             ));
         }
-        let db = Arc::new(db);
+        let published = Arc::new(Published {
+            db: Arc::new(db),
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            draining: Mutex::new(()),
+        });
         let tenants: TenantCache = Arc::new(RwLock::new(tenants));
         let (tx, rx) = mpsc::channel(QUEUE);
         let core = Arc::new(Mutex::new(WriterCore {
-            db: db.clone(),
+            published: published.clone(),
             tenants: tenants.clone(),
             wal,
             last_seq,
             oldest_unsynced: None,
             last_commit: std::time::Instant::now(),
-            failed: false,
         }));
         let writer = {
             let core = core.clone();
@@ -247,20 +403,27 @@ impl Store {
                 .spawn(move || writer_loop(core, rx))
                 .map_err(|e| startup(format!("cannot start writer thread: {e}")))?
         };
+        let applier = {
+            let p = published.clone();
+            std::thread::Builder::new()
+                .name("engine-applier".into())
+                .spawn(move || applier_loop(p))
+                .map_err(|e| startup(format!("cannot start applier thread: {e}")))?
+        };
         Ok(Store {
-            db,
+            published,
             mode,
             tenants,
             sender: RwLock::new(Some(tx)),
             core,
             writes_in_flight: Default::default(),
             writer: Mutex::new(Some(writer)),
+            applier: Mutex::new(Some(applier)),
         })
     }
 
     pub fn snapshot(&self) -> Result<Snapshot> {
-        let txn = self.db.begin_read()?;
-        Snapshot::new(&txn)
+        self.published.snapshot()
     }
 
     /// The numeric id of a tenant, or None for a tenant that has never been written.
@@ -374,6 +537,12 @@ impl Store {
         if let Some(h) = self.writer.lock().ok().and_then(|mut w| w.take()) {
             let _ = h.join();
         }
+        // The writer's last checkpoint drained the list; the applier has nothing left.
+        self.published.lock().stop = true;
+        self.published.changed.notify_all();
+        if let Some(h) = self.applier.lock().ok().and_then(|mut a| a.take()) {
+            let _ = h.join();
+        }
     }
 }
 
@@ -442,7 +611,7 @@ fn resolve_tenant_for_write<R: KvRead>(
 /// behind one mutex, so exactly one group commits at a time, whether on the writer thread
 /// (queued groups) or on a request's own thread (`Store::write` when nothing is queued).
 struct WriterCore {
-    db: Arc<redb::Database>,
+    published: Arc<Published>,
     tenants: TenantCache,
     wal: wal::Wal,
     last_seq: u64,
@@ -450,16 +619,14 @@ struct WriterCore {
     oldest_unsynced: Option<std::time::Instant>,
     /// When the last group committed (the idle checkpoint waits for a quiet period).
     last_commit: std::time::Instant,
-    /// After a failure between the log and redb, the in-memory state is not trusted any
-    /// more: writes are refused until a restart replays the log.
-    failed: bool,
 }
 
 impl WriterCore {
     /// Commits `group` (applies each batch, logs the successful ones with one fdatasync,
-    /// makes them visible) and answers every request in it.
+    /// publishes them) and answers every request in it.
     fn commit_group(&mut self, mut group: Vec<WriteRequest>) {
-        if self.failed {
+        self.published.wait_for_room();
+        if self.published.failed() {
             for req in group {
                 let _ = req.reply.send(Err(Error::internal(
                     "the store refused writes after a failure; restart the server",
@@ -470,18 +637,13 @@ impl WriterCore {
         let group_start = self.last_seq;
         let mut results = Vec::with_capacity(group.len());
         let mut new_tenants = Vec::new();
-        let mut logged = false;
-        let (db, wal, last_seq) = (&self.db, &mut self.wal, &mut self.last_seq);
+        let (published, wal, last_seq) = (&self.published, &mut self.wal, &mut self.last_seq);
         let committed = (|| -> Result<()> {
-            let mut txn = db.begin_write()?;
-            txn.set_durability(redb::Durability::None)
-                .map_err(|e| Error::internal(format!("set durability: {e}")))?;
-            let mut table = txn.open_table(KV)?;
+            let view = published.snapshot()?;
             // The group's writes, merged: each batch reads through them (it sees the batches
-            // before it), and a key written by several batches (a counter) reaches redb and
-            // the log once.
-            let writes = {
-                let mut merged = Overlay::new(&table);
+            // before it), and a key written by several batches (a counter) is logged once.
+            let mut writes = {
+                let mut merged = Overlay::new(&view);
                 for req in group.iter_mut() {
                     let seq = *last_seq + 1;
                     let applied = {
@@ -506,36 +668,19 @@ impl WriterCore {
             if writes.is_empty() {
                 return Ok(());
             }
-            let mut frame: Vec<wal::KvWrite> = Vec::with_capacity(writes.len() + 1);
-            frame.extend(writes);
-            frame.push((
+            writes.insert(
                 Key::system(keys::SYS_COMMIT_SEQ).0,
                 Some(codec::encode_u64(*last_seq)),
-            ));
-            let insert_all = |table: &mut redb::Table<&[u8], &[u8]>| -> Result<()> {
-                for (k, v) in &frame {
-                    match v {
-                        Some(v) => table.insert(k.as_slice(), v.as_slice())?,
-                        None => table.remove(k.as_slice())?,
-                    };
-                }
-                Ok(())
-            };
-            // Durable first, visible second: nobody may read what a crash could lose. A large
-            // group's redb inserts run while its frame syncs; they fail only with redb's
-            // storage, and a failure after the frame reached the log counts as logged.
-            if frame.len() >= OVERLAP_SYNC_MIN_WRITES {
-                let inserted =
-                    wal.append_overlapped(*last_seq, &frame, || insert_all(&mut table))?;
-                logged = true;
-                inserted?;
-            } else {
-                insert_all(&mut table)?;
-                wal.append(*last_seq, &frame)?;
-                logged = true;
-            }
-            drop(table);
-            txn.commit()?;
+            );
+            // Durable first, visible second: nobody may read what a crash could lose.
+            wal.append(
+                *last_seq,
+                writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+            )?;
+            published.publish(Batch {
+                seq: *last_seq,
+                writes,
+            });
             Ok(())
         })();
         self.last_commit = std::time::Instant::now();
@@ -558,10 +703,8 @@ impl WriterCore {
                 }
             }
             Err(e) => {
-                if logged {
-                    crate::log::error("a commit group is in the redo log but redb did not commit it; refusing writes until restart");
-                    self.failed = true;
-                }
+                // Nothing was published: a failed append leaves the log's write position
+                // where it was, so the next frame overwrites this one.
                 self.last_seq = group_start;
                 for req in group {
                     let _ = req.reply.send(Err(e.clone()));
@@ -575,22 +718,15 @@ impl WriterCore {
         }
     }
 
-    /// Makes everything committed durable in redb (an `Immediate` commit), then empties the
-    /// log. Nothing to do when the log is empty or after a failure; a failed checkpoint keeps
-    /// the log, which still holds every write since the last good one.
+    /// Makes everything committed durable in redb (the published list drained with an
+    /// `Immediate` commit; the writer is held, so nothing is published meanwhile), then
+    /// empties the log. Nothing to do when the log is empty or after a failure; a failed
+    /// checkpoint keeps the log, which still holds every write since the last good one.
     fn checkpoint(&mut self) {
-        if self.wal.is_empty() || self.failed {
+        if self.wal.is_empty() || self.published.failed() {
             return;
         }
-        let durable = (|| -> Result<()> {
-            let mut txn = self.db.begin_write()?;
-            txn.set_quick_repair(true);
-            txn.set_durability(redb::Durability::Immediate)
-                .map_err(|e| Error::internal(format!("set durability: {e}")))?;
-            txn.commit()?;
-            Ok(())
-        })();
-        match durable {
+        match self.published.drain(true) {
             Ok(()) => self.wal.reset(),
             Err(e) => crate::log::error(&format!("checkpoint failed: {e}")),
         }

@@ -6,6 +6,7 @@ use crate::error::Result;
 use redb::{ReadableTable, TableDefinition};
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// All engine keys live in one ordered table; the key layout (store/keys.rs) separates them.
 pub const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
@@ -58,25 +59,85 @@ fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
     Ok(())
 }
 
-/// An MVCC snapshot: sees exactly the commits that completed before it was opened.
+/// One commit group's writes, durable in the redo log and visible to readers, kept in memory
+/// until the applier has written them into redb (store.rs, "Published writes").
+pub struct Batch {
+    /// The commit sequence of the group's last batch (its `SYS_COMMIT_SEQ` write).
+    pub seq: u64,
+    pub writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+/// Published batches, oldest first: the writes of every group acknowledged but not yet in
+/// redb (possibly a few that already are: see [`Snapshot::new`]).
+pub type Published = Arc<Vec<Arc<Batch>>>;
+
+/// An MVCC snapshot: sees exactly the commits that completed before it was opened: redb's
+/// view plus the published batches redb does not hold yet.
 pub struct Snapshot {
     table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    /// Batches newer than redb's applied sequence, oldest first.
+    mem: Vec<Arc<Batch>>,
 }
 
 impl Snapshot {
-    pub fn new(txn: &redb::ReadTransaction) -> Result<Snapshot> {
-        Ok(Snapshot {
-            table: txn.open_table(KV)?,
-        })
+    /// `published` must have been taken before `txn` began. Every batch redb does not hold
+    /// is then in `published` (batches leave the list only after redb committed them), and
+    /// those redb already holds are dropped here by their sequence, so the view is exactly
+    /// the state after the newest of the two.
+    pub fn new(txn: &redb::ReadTransaction, published: &Published) -> Result<Snapshot> {
+        let table = txn.open_table(KV)?;
+        let mem = match published.last() {
+            None => Vec::new(),
+            Some(_) => {
+                let applied = ReadableTable::get(
+                    &table,
+                    super::keys::Key::system(super::keys::SYS_COMMIT_SEQ).bytes(),
+                )?
+                .map(|v| super::codec::decode_u64(v.value()))
+                .transpose()?
+                .unwrap_or(0);
+                published
+                    .iter()
+                    .filter(|b| b.seq > applied)
+                    .cloned()
+                    .collect()
+            }
+        };
+        Ok(Snapshot { table, mem })
     }
 }
 
 impl KvRead for Snapshot {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        for b in self.mem.iter().rev() {
+            if let Some(v) = b.writes.get(key) {
+                return Ok(v.clone());
+            }
+        }
         Ok(self.table.get(key)?.map(|g| g.value().to_vec()))
     }
     fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
-        scan_table(&self.table, start, end, reverse, visit)
+        if self.mem.is_empty() {
+            return scan_table(&self.table, start, end, reverse, visit);
+        }
+        // Newer batches overwrite older ones on equal keys.
+        let mut pending: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+        for b in &self.mem {
+            let r = b
+                .writes
+                .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+            for (k, v) in r {
+                pending.insert(k.as_slice(), v.as_deref());
+            }
+        }
+        let pending: Vec<(&[u8], Option<&[u8]>)> = if reverse {
+            pending.into_iter().rev().collect()
+        } else {
+            pending.into_iter().collect()
+        };
+        merge_scan(&pending, reverse, visit, &mut |v| {
+            scan_table(&self.table, start, end, reverse, v)
+        })
     }
 }
 
@@ -133,56 +194,70 @@ impl<R: KvRead> KvRead for Overlay<'_, R> {
 
     /// Merges the base range with the pending writes (pending wins on equal keys).
     fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
-        let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = {
+        let pending: Vec<(&[u8], Option<&[u8]>)> = {
             let r = self
                 .writes
-                .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+                .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+                .map(|(k, v)| (k.as_slice(), v.as_deref()));
             if reverse {
                 r.rev().collect()
             } else {
                 r.collect()
             }
         };
-        let mut p = 0;
-        let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
-        let mut stopped = false;
-        self.base.scan(start, end, reverse, &mut |k, v| {
-            while p < pending.len() && before(pending[p].0, k) {
-                if let Some(pv) = pending[p].1 {
-                    if !visit(pending[p].0, pv)? {
-                        stopped = true;
-                        return Ok(false);
-                    }
+        merge_scan(&pending, reverse, visit, &mut |v| {
+            self.base.scan(start, end, reverse, v)
+        })
+    }
+}
+
+/// Visits a base range merged with `pending` writes (in scan order; `None` deletes): pending
+/// wins on equal keys. `base` runs the base scan with the callback it is given.
+fn merge_scan(
+    pending: &[(&[u8], Option<&[u8]>)],
+    reverse: bool,
+    visit: Visit,
+    base: &mut dyn FnMut(Visit) -> Result<()>,
+) -> Result<()> {
+    let mut p = 0;
+    let before = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+    let mut stopped = false;
+    base(&mut |k, v| {
+        while p < pending.len() && before(pending[p].0, k) {
+            if let Some(pv) = pending[p].1 {
+                if !visit(pending[p].0, pv)? {
+                    stopped = true;
+                    return Ok(false);
                 }
-                p += 1;
             }
-            if p < pending.len() && pending[p].0.as_slice() == k {
-                let entry = pending[p].1;
-                p += 1;
-                return match entry {
-                    Some(pv) => {
-                        let go = visit(k, pv)?;
-                        stopped = !go;
-                        Ok(go)
-                    }
-                    None => Ok(true),
-                };
-            }
-            let go = visit(k, v)?;
-            stopped = !go;
-            Ok(go)
-        })?;
-        if !stopped {
-            for (k, v) in &pending[p..] {
-                if let Some(v) = v {
-                    if !visit(k, v)? {
-                        break;
-                    }
+            p += 1;
+        }
+        if p < pending.len() && pending[p].0 == k {
+            let entry = pending[p].1;
+            p += 1;
+            return match entry {
+                Some(pv) => {
+                    let go = visit(k, pv)?;
+                    stopped = !go;
+                    Ok(go)
+                }
+                None => Ok(true),
+            };
+        }
+        let go = visit(k, v)?;
+        stopped = !go;
+        Ok(go)
+    })?;
+    if !stopped {
+        for (k, v) in &pending[p..] {
+            if let Some(v) = v {
+                if !visit(k, v)? {
+                    break;
                 }
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -36,6 +36,11 @@ const MAX_EXTEND: u64 = 32 << 20;
 /// One write: a key and its new value (None deletes it).
 pub type KvWrite = (Vec<u8>, Option<Vec<u8>>);
 
+/// Owned writes as `Wal::append` takes them.
+pub fn borrowed(writes: &[KvWrite]) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+    writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+}
+
 pub struct Wal {
     file: File,
     path: PathBuf,
@@ -44,43 +49,6 @@ pub struct Wal {
     /// The file's size: zero-filled (or an earlier cycle's frames) beyond `len`.
     allocated: u64,
     buf: Vec<u8>,
-    /// The thread that runs overlapped fdatasyncs, started at the first one.
-    syncer: Option<Syncer>,
-}
-
-/// A thread that fdatasyncs the log on request, so the caller can work while the disk does.
-/// At most one request is in flight: `start` is always followed by `wait`.
-struct Syncer {
-    start: std::sync::mpsc::SyncSender<()>,
-    done: std::sync::mpsc::Receiver<std::io::Result<()>>,
-}
-
-impl Syncer {
-    fn spawn(file: File) -> std::io::Result<Syncer> {
-        let (start, requests) = std::sync::mpsc::sync_channel::<()>(1);
-        let (answer, done) = std::sync::mpsc::sync_channel(1);
-        std::thread::Builder::new()
-            .name("engine-wal-sync".into())
-            .spawn(move || {
-                // Ends when the log (the sender) is dropped.
-                while requests.recv().is_ok() {
-                    if answer.send(file.sync_data()).is_err() {
-                        return;
-                    }
-                }
-            })?;
-        Ok(Syncer { start, done })
-    }
-
-    /// Runs `work` while the syncer fdatasyncs; answers both results.
-    fn overlap<T>(&self, work: impl FnOnce() -> T) -> (std::io::Result<()>, T) {
-        let gone = || std::io::Error::other("the redo log's sync thread stopped");
-        if self.start.send(()).is_err() {
-            return (Err(gone()), work());
-        }
-        let out = work();
-        (self.done.recv().unwrap_or_else(|_| Err(gone())), out)
-    }
 }
 
 /// A replayable frame.
@@ -189,7 +157,6 @@ impl Wal {
             len: at,
             allocated: size,
             buf: Vec::new(),
-            syncer: None,
         };
         if size < (at + HEADER as u64).max(MIN_EXTEND) {
             wal.extend(MIN_EXTEND)?;
@@ -214,41 +181,11 @@ impl Wal {
     }
 
     /// Writes one frame at the write position and waits until it is on disk.
-    pub fn append(&mut self, seq: u64, writes: &[KvWrite]) -> Result<()> {
-        let end = self.write_frame(seq, writes)?;
-        self.file.sync_data().map_err(|e| io(e, &self.path))?;
-        self.len = end;
-        Ok(())
-    }
-
-    /// As `append`, running `work` on this thread while another thread fdatasyncs the frame
-    /// (worth it when `work` takes longer than two thread wake-ups). The frame counts as
-    /// written only when the sync succeeded; `work`'s result is answered either way, since
-    /// it ran.
-    pub fn append_overlapped<T>(
+    pub fn append<'a>(
         &mut self,
         seq: u64,
-        writes: &[KvWrite],
-        work: impl FnOnce() -> T,
-    ) -> Result<T> {
-        let end = self.write_frame(seq, writes)?;
-        let syncer = match self.syncer.take() {
-            Some(s) => s,
-            None => self
-                .file
-                .try_clone()
-                .and_then(Syncer::spawn)
-                .map_err(|e| io(e, &self.path))?,
-        };
-        let (synced, out) = syncer.overlap(work);
-        self.syncer = Some(syncer);
-        synced.map_err(|e| io(e, &self.path))?;
-        self.len = end;
-        Ok(out)
-    }
-
-    /// Writes one frame at the write position, without syncing it; answers where it ends.
-    fn write_frame(&mut self, seq: u64, writes: &[KvWrite]) -> Result<u64> {
+        writes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<()> {
         let buf = &mut self.buf;
         buf.clear();
         buf.extend_from_slice(&[0u8; HEADER]);
@@ -279,7 +216,9 @@ impl Wal {
         self.file
             .write_all_at(&self.buf, self.len)
             .map_err(|e| io(e, &self.path))?;
-        Ok(end)
+        self.file.sync_data().map_err(|e| io(e, &self.path))?;
+        self.len = end;
+        Ok(())
     }
 
     /// Bytes written since the last reset.
@@ -315,10 +254,11 @@ mod tests {
             assert!(frames.is_empty());
             w.append(
                 1,
-                &[(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), None)],
+                borrowed(&[(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), None)]),
             )
             .unwrap();
-            w.append(2, &[(b"c".to_vec(), Some(vec![]))]).unwrap();
+            w.append(2, borrowed(&[(b"c".to_vec(), Some(vec![]))]))
+                .unwrap();
             w.len()
         };
         // A torn third frame: a header promising more bytes than were written.
@@ -337,7 +277,7 @@ mod tests {
             frames[0].writes,
             vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), None)]
         );
-        w.append(3, &[(b"d".to_vec(), None)]).unwrap();
+        w.append(3, borrowed(&[(b"d".to_vec(), None)])).unwrap();
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(
             seqs(&frames),
@@ -352,7 +292,7 @@ mod tests {
         let path = dir.path().join("wal.log");
         let (mut w, _) = Wal::open(dir.path()).unwrap();
         for seq in 1..=5 {
-            w.append(seq, &[(vec![seq as u8; 40], Some(vec![1; 40]))])
+            w.append(seq, borrowed(&[(vec![seq as u8; 40], Some(vec![1; 40]))]))
                 .unwrap();
         }
         let size = std::fs::metadata(&path).unwrap().len();
@@ -363,12 +303,13 @@ mod tests {
         assert_eq!(seqs(&frames), vec![1, 2, 3, 4, 5]);
         // A shorter frame over the old ones ends the chain: the next bytes are the middle of
         // an old frame.
-        w.append(6, &[(b"x".to_vec(), None)]).unwrap();
+        w.append(6, borrowed(&[(b"x".to_vec(), None)])).unwrap();
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(seqs(&frames), vec![6]);
         // A frame of exactly an old frame's length is followed by an older sequence: stop.
         w.reset();
-        w.append(7, &[(vec![7; 40], Some(vec![1; 40]))]).unwrap();
+        w.append(7, borrowed(&[(vec![7; 40], Some(vec![1; 40]))]))
+            .unwrap();
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(seqs(&frames), vec![7]);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), size, "not regrown");
@@ -380,7 +321,7 @@ mod tests {
         let (mut w, _) = Wal::open(dir.path()).unwrap();
         let value = vec![9u8; 300_000];
         for seq in 1..=8 {
-            w.append(seq, &[(b"k".to_vec(), Some(value.clone()))])
+            w.append(seq, borrowed(&[(b"k".to_vec(), Some(value.clone()))]))
                 .unwrap();
             assert!(w.allocated > w.len() + HEADER as u64);
         }
@@ -394,9 +335,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let end = {
             let (mut w, _) = Wal::open(dir.path()).unwrap();
-            w.append(1, &[(b"a".to_vec(), Some(b"1".to_vec()))])
+            w.append(1, borrowed(&[(b"a".to_vec(), Some(b"1".to_vec()))]))
                 .unwrap();
-            w.append(2, &[(b"b".to_vec(), Some(b"2".to_vec()))])
+            w.append(2, borrowed(&[(b"b".to_vec(), Some(b"2".to_vec()))]))
                 .unwrap();
             w.len()
         };

@@ -27,12 +27,16 @@ pub struct Storage {
     /// Pages the store keeps in memory (its read cache), MiB. The operating system's page
     /// cache holds the data file as well.
     pub cache_mb: u64,
+    /// Redo-log MiB after which a checkpoint makes the store file durable and starts the log
+    /// over (also every 30 s under writes, and after 500 ms without writes).
+    pub checkpoint_mb: u64,
 }
 
 impl Default for Storage {
     fn default() -> Self {
         Storage {
             cache_mb: crate::store::DEFAULT_CACHE_MB,
+            checkpoint_mb: crate::store::DEFAULT_CHECKPOINT_MB,
         }
     }
 }
@@ -155,6 +159,9 @@ impl FileConfig {
         }
         if !(16..=1 << 20).contains(&self.storage.cache_mb) {
             return Err("storage.cache_mb must be between 16 and 1048576".into());
+        }
+        if !(1..=4096).contains(&self.storage.checkpoint_mb) {
+            return Err("storage.checkpoint_mb must be between 1 and 4096".into());
         }
         if self.limits.max_body_bytes == 0 || self.limits.request_timeout_ms == 0 {
             return Err(

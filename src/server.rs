@@ -117,12 +117,14 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         TenancyMode::Single
     };
     let data_dir = cfg.file.data_dir.clone();
-    let cache_mb = cfg.file.storage.cache_mb;
-    let store =
-        tokio::task::spawn_blocking(move || Store::open_with_cache(&data_dir, mode, cache_mb))
-            .await
-            .map_err(|e| format!("store open task failed: {e}"))?
-            .map_err(|e| e.message)?;
+    let opts = crate::store::StoreOptions {
+        cache_mb: cfg.file.storage.cache_mb,
+        checkpoint_mb: cfg.file.storage.checkpoint_mb,
+    };
+    let store = tokio::task::spawn_blocking(move || Store::open_with(&data_dir, mode, opts))
+        .await
+        .map_err(|e| format!("store open task failed: {e}"))?
+        .map_err(|e| e.message)?;
     let engine = Arc::new(Engine::new(
         store,
         EngineConfig {

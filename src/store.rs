@@ -40,12 +40,12 @@ pub const STORAGE_FORMAT_VERSION: u64 = 1;
 const MAX_GROUP: usize = 512;
 /// Batches that may wait in the writer's queue.
 const QUEUE: usize = 4096;
-/// A checkpoint (a durable redb commit) stalls the writer for a time that grows with the
-/// writes since the previous one (measured: ~70 ms after 2 s, ~0.5 s after 30 s of
-/// ~11,000 creates/s; an early flush of the store file did not shorten it), so it runs
-/// rarely under load and promptly when idle.
-/// Checkpoint when the redo log grows past this many bytes...
-const CHECKPOINT_BYTES: u64 = 256 * 1024 * 1024;
+/// A checkpoint (a durable redb commit) takes a time that grows with the writes since the
+/// previous one (measured: 0.3-1.8 s after 50-256 MiB of log). Under load it runs on the
+/// applier thread while the writer goes on in the other log segment; when idle, the writer
+/// runs it itself.
+/// Checkpoint when the active log segment grows past `storage.checkpoint_mb` (default)...
+pub const DEFAULT_CHECKPOINT_MB: u64 = 64;
 /// ...or when its oldest write is this old...
 const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 /// ...or when no write arrived for this long.
@@ -53,8 +53,8 @@ const CHECKPOINT_IDLE: std::time::Duration = std::time::Duration::from_millis(50
 /// The writer waits for the applier before a group while this many published keys...
 const MAX_PUBLISHED_KEYS: usize = 2_000_000;
 /// ...or this many published batches are not in redb yet (bounds memory and the batches a
-/// read looks through).
-const MAX_PUBLISHED_BATCHES: usize = 256;
+/// read looks through; a checkpoint's durable commit lets ~1,000 groups gather at W-TX rates).
+const MAX_PUBLISHED_BATCHES: usize = 2048;
 /// The applier lets published groups gather this long before it drains them: fewer redb
 /// commits and thread wake-ups per group (acknowledgements do not wait for it).
 const APPLY_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
@@ -144,6 +144,11 @@ struct PublishedState {
     /// holds them; a restart replays it).
     failed: bool,
     stop: bool,
+    /// A checkpoint the writer asked for (with the bytes of log it covers), not started yet.
+    checkpoint_requested: Option<u64>,
+    /// The applier finished the requested checkpoint: the store is durable up to the rotated
+    /// log segment's last frame, which the writer may now release.
+    checkpoint_done: bool,
 }
 
 impl Published {
@@ -172,6 +177,17 @@ impl Published {
         if was_empty {
             self.changed.notify_all();
         }
+    }
+
+    /// Asks the applier for a checkpoint of everything published so far.
+    fn request_checkpoint(&self, log_bytes: u64) {
+        self.lock().checkpoint_requested = Some(log_bytes);
+        self.changed.notify_all();
+    }
+
+    /// Whether the requested checkpoint finished (once).
+    fn take_checkpoint_done(&self) -> bool {
+        std::mem::take(&mut self.lock().checkpoint_done)
     }
 
     /// Waits while the applier is too far behind (or until it failed).
@@ -268,14 +284,37 @@ impl Published {
 fn applier_loop(p: Arc<Published>) {
     let mut last_writeback = std::time::Instant::now();
     loop {
-        {
+        let checkpoint = {
             let mut st = p.lock();
-            while (st.batches.is_empty() || st.failed) && !st.stop {
+            // Work: batches to drain or a checkpoint to make, unless a drain failed.
+            while (st.failed || st.batches.is_empty() && st.checkpoint_requested.is_none())
+                && !st.stop
+            {
                 st = p.changed.wait(st).unwrap_or_else(|p| p.into_inner());
             }
             if st.stop {
                 return;
             }
+            st.checkpoint_requested.take()
+        };
+        if let Some(log_bytes) = checkpoint {
+            // Everything the rotated log segment holds was published before the request.
+            let start = std::time::Instant::now();
+            match p.drain(true) {
+                Ok(()) => {
+                    p.lock().checkpoint_done = true;
+                    crate::log::info(&format!(
+                        "checkpoint: {:.1} MiB of redo log made durable in the store in {} ms (writes went on)",
+                        log_bytes as f64 / (1 << 20) as f64,
+                        start.elapsed().as_millis()
+                    ));
+                }
+                Err(e) => crate::log::error(&format!(
+                    "checkpoint failed ({}); refusing writes until restart (the redo log keeps them)",
+                    e.message
+                )),
+            }
+            continue;
         }
         std::thread::sleep(APPLY_PAUSE);
         if let Err(e) = p.drain(false) {
@@ -298,15 +337,37 @@ fn startup(msg: impl Into<String>) -> Error {
 /// The store's default read cache, MiB (`storage.cache_mb`).
 pub const DEFAULT_CACHE_MB: u64 = 1024;
 
+/// Store settings (the config file's `[storage]` section).
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOptions {
+    /// redb's page cache, MiB.
+    pub cache_mb: u64,
+    /// Redo-log MiB after which a checkpoint starts.
+    pub checkpoint_mb: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_mb: DEFAULT_CACHE_MB,
+            checkpoint_mb: DEFAULT_CHECKPOINT_MB,
+        }
+    }
+}
+
 impl Store {
     /// Opens or creates the store in `dir`. Refuses another storage format version or the
     /// other tenancy mode with the messages SPEC.md and BEHAVIOUR.md §7 give.
     pub fn open(dir: &Path, mode: TenancyMode) -> Result<Store> {
-        Self::open_with_cache(dir, mode, DEFAULT_CACHE_MB)
+        Self::open_with(dir, mode, StoreOptions::default())
     }
 
-    /// `open` with a read cache of `cache_mb` MiB.
-    pub fn open_with_cache(dir: &Path, mode: TenancyMode, cache_mb: u64) -> Result<Store> {
+    /// `open` with the store settings of the config file's `[storage]` section.
+    pub fn open_with(dir: &Path, mode: TenancyMode, opts: StoreOptions) -> Result<Store> {
+        let StoreOptions {
+            cache_mb,
+            checkpoint_mb,
+        } = opts;
         std::fs::create_dir_all(dir).map_err(|e| {
             startup(format!(
                 "cannot create data directory {}: {e}",
@@ -430,6 +491,8 @@ impl Store {
             last_seq,
             oldest_unsynced: None,
             last_commit: std::time::Instant::now(),
+            checkpoint_bytes: checkpoint_mb.max(1) << 20,
+            checkpointing: false,
         }));
         let writer = {
             let core = core.clone();
@@ -654,6 +717,10 @@ struct WriterCore {
     oldest_unsynced: Option<std::time::Instant>,
     /// When the last group committed (the idle checkpoint waits for a quiet period).
     last_commit: std::time::Instant,
+    /// Log bytes that start a checkpoint (`storage.checkpoint_mb`).
+    checkpoint_bytes: u64,
+    /// A checkpoint was requested from the applier and its log segment is not released yet.
+    checkpointing: bool,
 }
 
 impl WriterCore {
@@ -747,9 +814,25 @@ impl WriterCore {
                 return;
             }
         }
+        self.finish_checkpoint();
         let since = *self.oldest_unsynced.get_or_insert(self.last_commit);
-        if self.wal.len() >= CHECKPOINT_BYTES || since.elapsed() >= CHECKPOINT_INTERVAL {
-            self.checkpoint();
+        if !self.checkpointing
+            && (self.wal.len() >= self.checkpoint_bytes || since.elapsed() >= CHECKPOINT_INTERVAL)
+            && self.wal.rotate()
+        {
+            // The applier makes the store durable up to here while groups go on into the
+            // other segment.
+            self.checkpointing = true;
+            self.oldest_unsynced = None;
+            self.published.request_checkpoint(self.wal.inactive_len());
+        }
+    }
+
+    /// Releases the log segment of a checkpoint the applier finished.
+    fn finish_checkpoint(&mut self) {
+        if self.checkpointing && self.published.take_checkpoint_done() {
+            self.wal.release_inactive();
+            self.checkpointing = false;
         }
     }
 
@@ -758,6 +841,7 @@ impl WriterCore {
     /// empties the log. Nothing to do when the log is empty or after a failure; a failed
     /// checkpoint keeps the log, which still holds every write since the last good one.
     fn checkpoint(&mut self) {
+        self.finish_checkpoint();
         if self.wal.is_empty() || self.published.failed() {
             return;
         }

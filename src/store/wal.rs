@@ -1,21 +1,28 @@
 //! The redo log. Every writer group appends one frame holding the exact key/value writes of
-//! its successful batches, then fdatasyncs, before those writes become visible (redb commit
-//! without fsync) and before any caller is acknowledged. A checkpoint makes redb durable
-//! (an `Immediate` commit) and then empties the log. At startup, frames whose commit sequence
-//! is newer than the store's durable one are replayed.
+//! its successful batches, then fdatasyncs, before those writes become visible (published)
+//! and before any caller is acknowledged. At startup, frames whose commit sequence is newer
+//! than the store's durable one are replayed.
 //!
-//! The file is reused, never truncated: a reset only moves the write position back to 0, and
-//! the file is kept zero-filled ahead of the write position. Overwriting blocks the file
-//! already has makes each fdatasync flush data only; appending would also flush the file
-//! size through the filesystem journal (measured ~25% more time per sync on this machine's
-//! ext4).
+//! Two segment files (`wal.log`, `wal.1.log`), one active. A checkpoint under load rotates
+//! to the other segment (only when that one is released), the applier makes the store durable
+//! up to the rotated segment's last frame while groups go on in the new one, and the writer
+//! then releases the rotated segment. An idle or shutdown checkpoint makes the store durable
+//! with the writer held and resets both.
 //!
-//! Invariants: frames are written in increasing commit sequence; a frame is acknowledged
-//! only after its fdatasync returned; every frame in the file from an earlier cycle (before
-//! a reset) has a sequence no newer than the store's durable one, because a reset follows a
-//! durable checkpoint. Replay reads frames from offset 0 and stops at the first frame that is
-//! torn (short or failing its checksum), out of sequence (an earlier cycle's leftover) or
-//! zero (never written): none of those can be a frame somebody was told about.
+//! The files are reused, never truncated: a reset or release only moves a segment's write
+//! position back to 0, and each file is kept zero-filled ahead of its write position.
+//! Overwriting blocks the file already has makes each fdatasync flush data only; appending
+//! would also flush the file size through the filesystem journal (measured ~25% more time
+//! per sync on this machine's ext4).
+//!
+//! Invariants: frames are written in increasing commit sequence, within a segment and across
+//! both; a frame is acknowledged only after its fdatasync returned; every frame in a file
+//! from an earlier cycle (before its reset or release) has a sequence no newer than the
+//! store's durable one, because a reset or release follows a durable checkpoint covering it.
+//! Replay reads each file from offset 0 and stops at the first frame that is torn (short or
+//! failing its checksum), out of sequence (an earlier cycle's leftover) or zero (never
+//! written): none of those can be a frame somebody was told about. The two files' frames are
+//! replayed together in sequence order.
 //!
 //! Frame: magic u32 | payload length u32 | crc32 of (seq, payload) u32 | seq u64 | payload.
 //! Payload: entries of kind u8 (1 put, 2 delete) | key length u32 | key | [value length u32 | value].
@@ -41,15 +48,28 @@ pub fn borrowed(writes: &[KvWrite]) -> impl Iterator<Item = (&[u8], Option<&[u8]
     writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
 }
 
+/// The redo log: two segment files, one active (frames are appended to it). A checkpoint
+/// that does not hold the writer first rotates to the other segment, which must be released
+/// (empty); once the store is durable up to the rotated segment's last frame, that segment is
+/// released.
 pub struct Wal {
+    segs: [Segment; 2],
+    active: usize,
+    buf: Vec<u8>,
+}
+
+/// One log file.
+struct Segment {
     file: File,
     path: PathBuf,
     /// The write position: bytes of frames written since the last reset.
     len: u64,
     /// The file's size: zero-filled (or an earlier cycle's frames) beyond `len`.
     allocated: u64,
-    buf: Vec<u8>,
 }
+
+/// The segments' file names; the first is the name a single-file log had.
+const SEGMENT_FILES: [&str; 2] = ["wal.log", "wal.1.log"];
 
 /// A replayable frame.
 pub struct Frame {
@@ -136,12 +156,11 @@ fn read_frames(file: &File, size: u64) -> std::io::Result<(Vec<Frame>, u64)> {
     Ok((frames, at))
 }
 
-impl Wal {
-    /// Opens (or creates) the log and reads its valid frames, in order. The write position is
-    /// left after them; bytes beyond are an unacknowledged torn frame or leftovers, and are
-    /// overwritten by the next append.
-    pub fn open(dir: &Path) -> Result<(Wal, Vec<Frame>)> {
-        let path = dir.join("wal.log");
+impl Segment {
+    /// Opens (or creates) one log file and reads its valid frames, in order. The write
+    /// position is left after them; bytes beyond are an unacknowledged torn frame or
+    /// leftovers, and are overwritten by the next append.
+    fn open(path: PathBuf) -> Result<(Segment, Vec<Frame>)> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -151,18 +170,17 @@ impl Wal {
             .map_err(|e| io(e, &path))?;
         let size = file.metadata().map_err(|e| io(e, &path))?.len();
         let (frames, at) = read_frames(&file, size).map_err(|e| io(e, &path))?;
-        let mut wal = Wal {
+        let mut seg = Segment {
             file,
             path,
             len: at,
             allocated: size,
-            buf: Vec::new(),
         };
         if size < (at + HEADER as u64).max(MIN_EXTEND) {
-            wal.extend(MIN_EXTEND)?;
-            wal.file.sync_all().map_err(|e| io(e, &wal.path))?;
+            seg.extend(MIN_EXTEND)?;
+            seg.file.sync_all().map_err(|e| io(e, &seg.path))?;
         }
-        Ok((wal, frames))
+        Ok((seg, frames))
     }
 
     /// Zero-fills the file from its end to at least `need` bytes (doubling, in bounded steps).
@@ -180,7 +198,44 @@ impl Wal {
         Ok(())
     }
 
-    /// Writes one frame at the write position and waits until it is on disk.
+    /// Writes an encoded frame at the write position and waits until it is on disk.
+    fn write(&mut self, frame: &[u8]) -> Result<()> {
+        let end = self.len + frame.len() as u64;
+        // Keep zeroes ahead so the frame after this one does not grow the file either; a
+        // growing step is synced by this frame's fdatasync (the size changed).
+        if end + HEADER as u64 > self.allocated {
+            self.extend(end + HEADER as u64)?;
+        }
+        self.file
+            .write_all_at(frame, self.len)
+            .map_err(|e| io(e, &self.path))?;
+        self.file.sync_data().map_err(|e| io(e, &self.path))?;
+        self.len = end;
+        Ok(())
+    }
+}
+
+impl Wal {
+    /// Opens (or creates) both segments and reads their valid frames, in sequence order. The
+    /// segment holding the newest frame is active; neither counts as released until a reset.
+    pub fn open(dir: &Path) -> Result<(Wal, Vec<Frame>)> {
+        let (a, mut frames) = Segment::open(dir.join(SEGMENT_FILES[0]))?;
+        let (b, more) = Segment::open(dir.join(SEGMENT_FILES[1]))?;
+        let newest = |f: &[Frame]| f.last().map_or(0, |f| f.seq);
+        let active = usize::from(newest(&more) > newest(&frames));
+        frames.extend(more);
+        frames.sort_by_key(|f| f.seq);
+        Ok((
+            Wal {
+                segs: [a, b],
+                active,
+                buf: Vec::new(),
+            },
+            frames,
+        ))
+    }
+
+    /// Writes one frame to the active segment and waits until it is on disk.
     pub fn append<'a>(
         &mut self,
         seq: u64,
@@ -207,34 +262,48 @@ impl Wal {
         buf[4..8].copy_from_slice(&plen.to_le_bytes());
         buf[8..12].copy_from_slice(&hasher.finalize().to_le_bytes());
         buf[12..20].copy_from_slice(&seq_bytes);
-        let end = self.len + buf.len() as u64;
-        // Keep zeroes ahead so the frame after this one does not grow the file either; a
-        // growing step is synced by this frame's fdatasync (the size changed).
-        if end + HEADER as u64 > self.allocated {
-            self.extend(end + HEADER as u64)?;
-        }
-        self.file
-            .write_all_at(&self.buf, self.len)
-            .map_err(|e| io(e, &self.path))?;
-        self.file.sync_data().map_err(|e| io(e, &self.path))?;
-        self.len = end;
-        Ok(())
+        self.segs[self.active].write(&self.buf)
     }
 
-    /// Bytes written since the last reset.
+    /// Bytes written to the active segment since it was last empty.
     pub fn len(&self) -> u64 {
-        self.len
+        self.segs[self.active].len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.segs.iter().all(|s| s.len == 0)
     }
 
-    /// Starts the log over at offset 0; call only once everything in it is durable in the
-    /// store. Nothing is synced: until a new frame overwrites it, what the file holds has a
-    /// sequence no newer than the durable one, and replay skips it.
+    /// Bytes in the inactive segment (a checkpoint's share of the log).
+    pub fn inactive_len(&self) -> u64 {
+        self.segs[1 - self.active].len
+    }
+
+    /// Makes the other segment active, if it is released (empty); answers whether it did.
+    /// Everything in the segment left behind must be made durable in the store before
+    /// [`Wal::release_inactive`].
+    pub fn rotate(&mut self) -> bool {
+        let other = 1 - self.active;
+        if self.segs[other].len != 0 {
+            return false;
+        }
+        self.active = other;
+        true
+    }
+
+    /// Starts the inactive segment over; call only once everything in it is durable in the
+    /// store.
+    pub fn release_inactive(&mut self) {
+        self.segs[1 - self.active].len = 0;
+    }
+
+    /// Starts both segments over at offset 0; call only once everything in them is durable
+    /// in the store. Nothing is synced: until a new frame overwrites it, what a file holds
+    /// has a sequence no newer than the durable one, and replay skips it.
     pub fn reset(&mut self) {
-        self.len = 0;
+        for s in &mut self.segs {
+            s.len = 0;
+        }
     }
 }
 
@@ -323,7 +392,7 @@ mod tests {
         for seq in 1..=8 {
             w.append(seq, borrowed(&[(b"k".to_vec(), Some(value.clone()))]))
                 .unwrap();
-            assert!(w.allocated > w.len() + HEADER as u64);
+            assert!(w.segs[w.active].allocated > w.len() + HEADER as u64);
         }
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(seqs(&frames), (1..=8).collect::<Vec<_>>());
@@ -347,5 +416,38 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(frames.len(), 1);
+    }
+
+    #[test]
+    fn rotation_writes_the_other_segment_and_replay_reads_both_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = Wal::open(dir.path()).unwrap();
+        for seq in 1..=3 {
+            w.append(seq, borrowed(&[(vec![seq as u8], Some(vec![1]))]))
+                .unwrap();
+        }
+        assert!(w.rotate(), "the other segment is empty");
+        assert_eq!(w.len(), 0);
+        assert!(!w.rotate(), "the segment left behind is not released yet");
+        for seq in 4..=5 {
+            w.append(seq, borrowed(&[(vec![seq as u8], None)])).unwrap();
+        }
+        // Both segments hold frames until the first is released: replay sees all, in order.
+        let (_, frames) = Wal::open(dir.path()).unwrap();
+        assert_eq!(seqs(&frames), vec![1, 2, 3, 4, 5]);
+        w.release_inactive();
+        assert!(!w.is_empty());
+        assert!(w.rotate(), "released");
+        w.append(6, borrowed(&[(vec![6], None)])).unwrap();
+        // Segment one holds 6 over the released cycle; segment two still holds 4 and 5 (a
+        // store durable up to 5 skips them).
+        let (reopened, frames) = Wal::open(dir.path()).unwrap();
+        assert_eq!(seqs(&frames), vec![4, 5, 6]);
+        assert_eq!(
+            reopened.active, w.active,
+            "the newest frame's segment is active"
+        );
+        w.reset();
+        assert!(w.is_empty());
     }
 }

@@ -43,11 +43,6 @@ const MAX_EXTEND: u64 = 32 << 20;
 /// One write: a key and its new value (None deletes it).
 pub type KvWrite = (Vec<u8>, Option<Vec<u8>>);
 
-/// Owned writes as `Wal::append` takes them.
-pub fn borrowed(writes: &[KvWrite]) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
-    writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
-}
-
 /// The redo log: two segment files, one active (frames are appended to it). A checkpoint
 /// that does not hold the writer first rotates to the other segment, which must be released
 /// (empty); once the store is durable up to the rotated segment's last frame, that segment is
@@ -310,6 +305,11 @@ impl Wal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Owned writes as `Wal::append` takes them.
+    fn borrowed(writes: &[KvWrite]) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+    }
 
     fn seqs(frames: &[Frame]) -> Vec<u64> {
         frames.iter().map(|f| f.seq).collect()

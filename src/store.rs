@@ -29,6 +29,7 @@ use kv::{Batch, KvRead, Overlay, Snapshot, KV};
 use records::{RecordWriter, WriteOp, WriteOutcome};
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
@@ -190,14 +191,16 @@ impl Published {
         std::mem::take(&mut self.lock().checkpoint_done)
     }
 
-    /// Waits while the applier is too far behind (or until it failed).
-    fn wait_for_room(&self) {
+    /// Waits while the applier is too far behind; answers false if a drain failed (no more
+    /// writes may be published).
+    fn wait_for_room(&self) -> bool {
         let mut st = self.lock();
         while !st.failed
             && (st.keys >= MAX_PUBLISHED_KEYS || st.batches.len() >= MAX_PUBLISHED_BATCHES)
         {
             st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+        !st.failed
     }
 
     /// Starts writeback of the store file's dirty pages without waiting for it (what redb's
@@ -248,15 +251,8 @@ impl Published {
                         apply(k, v.as_deref())?;
                     }
                 } else {
-                    // Newest wins on equal keys (a counter every group rewrites lands once).
-                    let mut merged: std::collections::BTreeMap<&[u8], Option<&[u8]>> =
-                        Default::default();
-                    for b in batches.iter() {
-                        for (k, v) in &b.writes {
-                            merged.insert(k, v.as_deref());
-                        }
-                    }
-                    for (k, v) in merged {
+                    // A counter every group rewrites lands once.
+                    for (k, v) in kv::newest_wins(&batches, (Bound::Unbounded, Bound::Unbounded)) {
                         apply(k, v)?;
                     }
                 }
@@ -277,6 +273,20 @@ impl Published {
         self.changed.notify_all();
         done
     }
+}
+
+/// The info line every checkpoint logs.
+fn log_checkpoint(log_bytes: u64, start: std::time::Instant, writes_went_on: bool) {
+    crate::log::info(&format!(
+        "checkpoint: {:.1} MiB of redo log made durable in the store in {} ms{}",
+        log_bytes as f64 / (1 << 20) as f64,
+        start.elapsed().as_millis(),
+        if writes_went_on {
+            " (writes went on)"
+        } else {
+            ""
+        }
+    ));
 }
 
 /// Drains published batches into redb as they come; many groups land in one redb commit when
@@ -303,11 +313,7 @@ fn applier_loop(p: Arc<Published>) {
             match p.drain(true) {
                 Ok(()) => {
                     p.lock().checkpoint_done = true;
-                    crate::log::info(&format!(
-                        "checkpoint: {:.1} MiB of redo log made durable in the store in {} ms (writes went on)",
-                        log_bytes as f64 / (1 << 20) as f64,
-                        start.elapsed().as_millis()
-                    ));
+                    log_checkpoint(log_bytes, start, true);
                 }
                 Err(e) => crate::log::error(&format!(
                     "checkpoint failed ({}); refusing writes until restart (the redo log keeps them)",
@@ -727,8 +733,7 @@ impl WriterCore {
     /// Commits `group` (applies each batch, logs the successful ones with one fdatasync,
     /// publishes them) and answers every request in it.
     fn commit_group(&mut self, mut group: Vec<WriteRequest>) {
-        self.published.wait_for_room();
-        if self.published.failed() {
+        if !self.published.wait_for_room() {
             for req in group {
                 let _ = req.reply.send(Err(Error::internal(
                     "the store refused writes after a failure; restart the server",
@@ -849,11 +854,7 @@ impl WriterCore {
         match self.published.drain(true) {
             Ok(()) => {
                 self.wal.reset();
-                crate::log::info(&format!(
-                    "checkpoint: {:.1} MiB of redo log made durable in the store in {} ms",
-                    logged as f64 / (1 << 20) as f64,
-                    start.elapsed().as_millis()
-                ));
+                log_checkpoint(logged, start, false);
             }
             Err(e) => crate::log::error(&format!("checkpoint failed: {e}")),
         }

@@ -71,6 +71,21 @@ pub struct Batch {
 /// redb (possibly a few that already are: see [`Snapshot::new`]).
 pub type Published = Arc<Vec<Arc<Batch>>>;
 
+/// The writes of `batches` (oldest first) whose keys fall in `range`, merged in key order: a
+/// newer batch's write wins on an equal key.
+pub fn newest_wins<'a>(
+    batches: &'a [Arc<Batch>],
+    range: (Bound<&[u8]>, Bound<&[u8]>),
+) -> BTreeMap<&'a [u8], Option<&'a [u8]>> {
+    let mut merged = BTreeMap::new();
+    for b in batches {
+        for (k, v) in b.writes.range::<[u8], _>(range) {
+            merged.insert(k.as_slice(), v.as_deref());
+        }
+    }
+    merged
+}
+
 /// An MVCC snapshot: sees exactly the commits that completed before it was opened: redb's
 /// view plus the published batches redb does not hold yet.
 pub struct Snapshot {
@@ -120,16 +135,7 @@ impl KvRead for Snapshot {
         if self.mem.is_empty() {
             return scan_table(&self.table, start, end, reverse, visit);
         }
-        // Newer batches overwrite older ones on equal keys.
-        let mut pending: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
-        for b in &self.mem {
-            let r = b
-                .writes
-                .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
-            for (k, v) in r {
-                pending.insert(k.as_slice(), v.as_deref());
-            }
-        }
+        let pending = newest_wins(&self.mem, (Bound::Included(start), Bound::Excluded(end)));
         let pending: Vec<(&[u8], Option<&[u8]>)> = if reverse {
             pending.into_iter().rev().collect()
         } else {

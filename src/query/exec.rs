@@ -16,6 +16,7 @@ use crate::store::codec;
 use crate::store::keys::{self, Key};
 use crate::store::kv::KvRead;
 use crate::store::records as rstore;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use uuid::Uuid;
 
@@ -23,6 +24,8 @@ use uuid::Uuid;
 const ESTIMATE_CAP: u64 = 20_000;
 /// A value-filtered index walk examines at most this many keys when estimating.
 const EXAMINE_CAP: u64 = 50_000;
+/// The cost of reading one more key along a run, relative to reading a record (a descent).
+pub(crate) const KEY_COST: f64 = 0.1;
 
 #[derive(Debug, Clone)]
 pub struct SearchSpec {
@@ -479,14 +482,45 @@ impl<R: KvRead> Planner<'_, R> {
         Ok(t)
     }
 
-    /// Chooses the access path: (path, estimated rows, conjuncts it answers).
+    /// Chooses the access path by estimated cost: (path, estimated rows, conjuncts it
+    /// answers). A record read costs 1, a key read along a run [`KEY_COST`]; candidates that
+    /// resolved traversal blocks decide from their ids (see [`ids_by_gates`]) cost no read.
     fn plan(&self, conj: &[&Filter]) -> Result<(Access, u64, usize)> {
         let scan_rows = self.label_total()?;
+        // Resolved blocks gate every path: a candidate outside one is skipped on its key.
+        let (mut gates, mut unresolved, mut implied) = (Vec::new(), false, self.labels.is_empty());
+        for f in conj {
+            if let Filter::Related(rel) = f {
+                match &rel.resolved {
+                    Some(res) => {
+                        gates.push(res.as_ref());
+                        implied |= res.label.as_ref().is_some_and(|l| self.labels.contains(l));
+                    }
+                    None => unresolved = true,
+                }
+            }
+        }
+        let others = conj.len() - gates.len() - usize::from(unresolved);
+        let gate_rows = gates
+            .iter()
+            .map(|g| (g.sure.len() + g.maybe.len()) as u64)
+            .min();
+        let by_ids = !gates.is_empty() && !unresolved;
+        // Records read after `keys` candidate keys, for a path answering `answers` conditions.
+        let cost = |keys: u64, answers: usize| -> f64 {
+            let reads = match gate_rows {
+                _ if by_ids && answers == others => 0,
+                Some(g) => keys.min(g),
+                None => keys,
+            };
+            keys as f64 * KEY_COST + reads as f64
+        };
         let mut best = if self.labels.is_empty() {
             (Access::All, scan_rows, 0)
         } else {
             (Access::Labels(self.labels.to_vec()), scan_rows, 0)
         };
+        let mut best_cost = cost(scan_rows, 0);
         let mut options: Vec<IndexAccess> = Vec::new();
         let mut range_fields: Vec<&str> = Vec::new();
         for f in conj {
@@ -498,17 +532,24 @@ impl<R: KvRead> Planner<'_, R> {
                         .collect::<HashSet<_>>()
                         .into_iter()
                         .collect();
-                    if (ids.len() as u64) <= best.1 {
+                    // The ids are read (they may not exist, and may have any label).
+                    let c = ids.len() as f64 * (1.0 + KEY_COST);
+                    if c <= best_cost {
                         let n = ids.len() as u64;
-                        best = (Access::Ids(ids), n, 1);
+                        (best, best_cost) = ((Access::Ids(ids), n, 1), c);
                     }
                 }
                 Filter::Related(rel) => {
                     if let Some(res) = &rel.resolved {
                         let n = (res.sure.len() + res.maybe.len()) as u64;
-                        if n <= best.1 {
+                        let c = if by_ids && others == 0 && implied {
+                            n as f64 * KEY_COST
+                        } else {
+                            n as f64 * (1.0 + KEY_COST)
+                        };
+                        if c <= best_cost {
                             let ids = res.sure.iter().chain(&res.maybe).copied().collect();
-                            best = (Access::Ids(ids), n, 0);
+                            (best, best_cost) = ((Access::Ids(ids), n, 0), c);
                         }
                     }
                 }
@@ -553,10 +594,13 @@ impl<R: KvRead> Planner<'_, R> {
             }
         }
         for ia in options {
-            let est = self.count_keys(&ia, ESTIMATE_CAP.min(best.1.saturating_add(1)).max(1))?;
-            if est < best.1 || (est == best.1 && !matches!(best.0, Access::Ids(_))) {
+            // Count only as far as could still beat the best path.
+            let cap = (best_cost / KEY_COST).ceil() as u64;
+            let est = self.count_keys(&ia, ESTIMATE_CAP.min(cap.saturating_add(1)).max(1))?;
+            let c = cost(est, ia.answers);
+            if c < best_cost || (c == best_cost && !matches!(best.0, Access::Ids(_))) {
                 let answers = ia.answers;
-                best = (Access::Index(ia), est, answers);
+                (best, best_cost) = ((Access::Index(ia), est, answers), c);
             }
         }
         Ok(best)
@@ -626,31 +670,55 @@ fn id_page(mut ids: Vec<Uuid>, desc: bool, offset: usize, want: Option<usize>) -
     ids.into_iter().skip(offset).take(n).collect()
 }
 
-/// Runs a search on one tenant's keyspace.
-pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<SearchOutput> {
-    let planner = Planner {
-        kv,
-        tenant,
-        labels: &spec.labels,
-    };
-    // Only a filter with traversal blocks is rewritten (and the spec copied).
-    let resolved;
-    let (spec, traversal) = match resolve_traversals(&planner, &spec.filter)? {
-        Some((filter, notes)) => {
-            resolved = SearchSpec {
-                filter,
-                ..spec.clone()
-            };
-            (&resolved, notes)
-        }
-        None => (spec, vec![]),
+/// A filter with its traversal blocks resolved (see query/traverse.rs) and its access path.
+struct Planned<'f> {
+    filter: Cow<'f, Filter>,
+    traversal: Vec<String>,
+    access: Access,
+    estimated: u64,
+    /// Top-level conjuncts the access path answers exactly.
+    answers: usize,
+}
+
+fn plan_filter<'f, R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    labels: &[String],
+    filter: &'f Filter,
+) -> Result<Planned<'f>> {
+    let planner = Planner { kv, tenant, labels };
+    // Only a filter with traversal blocks is rewritten (and copied).
+    let (filter, traversal) = match resolve_traversals(&planner, filter)? {
+        Some((f, notes)) => (Cow::Owned(f), notes),
+        None => (Cow::Borrowed(filter), vec![]),
     };
     let mut conj = Vec::new();
-    flatten(&spec.filter, &mut conj);
+    flatten(&filter, &mut conj);
     let (access, estimated, answers) = planner.plan(&conj)?;
+    Ok(Planned {
+        filter,
+        traversal,
+        access,
+        estimated,
+        answers,
+    })
+}
+
+/// Runs a search on one tenant's keyspace.
+pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<SearchOutput> {
+    let Planned {
+        filter,
+        traversal,
+        access,
+        estimated,
+        answers,
+    } = plan_filter(kv, tenant, &spec.labels, &spec.filter)?;
+    let filter: &Filter = &filter;
+    let mut conj = Vec::new();
+    flatten(filter, &mut conj);
     let covered = matches!(access, Access::Index(_) | Access::Labels(_) | Access::All)
         && answers == conj.len()
-        && !spec.filter.has_related();
+        && !filter.has_related();
     let mut explain = Explain {
         access: access.describe(),
         estimated_rows: estimated,
@@ -748,14 +816,31 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
         }
     }
 
+    // Resolved traversal blocks with conditions the access path answers: ids decide.
+    if let Some(desc) = by_id_only(&spec.order) {
+        if let Some((ids, examined)) =
+            ids_by_gates(kv, tenant, &spec.labels, filter, &access, answers)?
+        {
+            let total = ids.len() as u64;
+            explain.examined_rows = examined;
+            explain.matched_rows = total;
+            let page = id_page(ids, desc, spec.offset, want);
+            return Ok(SearchOutput {
+                records: fetch_full(&page)?,
+                total,
+                explain,
+            });
+        }
+    }
+
     // Residual evaluation over the candidates.
-    let fields = wanted_fields(&spec.filter, &spec.order);
+    let fields = wanted_fields(filter, &spec.order);
     let mut top = TopK::new(&spec.order, want.unwrap_or(usize::MAX));
     let (examined, total) = visit_candidates(
         kv,
         tenant,
         &spec.labels,
-        &spec.filter,
+        filter,
         &access,
         Some(&fields),
         &mut |r| {
@@ -841,49 +926,133 @@ fn visit_candidates<R: KvRead>(
                 Ok(true)
             })?;
         }
+        keyed => {
+            access_ids(kv, tenant, keyed, &mut |id| {
+                if admitted(&id) {
+                    if let Some(v) = kv.get(&rec_key(&id))? {
+                        check(codec::decode_record_fields(id, &v, fields)?)?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+    }
+    walker.finish()?;
+    Ok((examined, total))
+}
+
+/// Visits the ids of an access path's candidates from keys alone (index keys, label index
+/// keys, record keys, or the id set), each once, without reading a record.
+fn access_ids<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    access: &Access,
+    visit: &mut dyn FnMut(Uuid) -> Result<()>,
+) -> Result<()> {
+    match access {
+        Access::All => kv.scan_prefix(&Key::tenant(tenant, keys::RECORD).0, false, &mut |k, _| {
+            visit(id_from_key(k)?)?;
+            Ok(true)
+        }),
         Access::Labels(ls) => {
             let mut seen = HashSet::new();
             for l in ls.iter().filter(|l| seen.insert(*l)) {
-                kv.scan_prefix(
-                    &Key::tenant(tenant, keys::LABEL_INDEX).str(l).0,
-                    false,
-                    &mut |k, _| {
-                        let id = id_from_key(k)?;
-                        if !admitted(&id) {
-                            return Ok(true);
-                        }
-                        if let Some(v) = kv.get(&rec_key(&id))? {
-                            check(codec::decode_record_fields(id, &v, fields)?)?;
-                        }
-                        Ok(true)
-                    },
-                )?;
+                let prefix = Key::tenant(tenant, keys::LABEL_INDEX).str(l).0;
+                kv.scan_prefix(&prefix, false, &mut |k, _| {
+                    visit(id_from_key(k)?)?;
+                    Ok(true)
+                })?;
             }
+            Ok(())
         }
-        Access::Ids(ids) => {
-            for id in ids {
-                if let Some(v) = kv.get(&rec_key(id))? {
-                    check(codec::decode_record_fields(*id, &v, fields)?)?;
-                }
-            }
-        }
+        Access::Ids(ids) => ids.iter().try_for_each(|id| visit(*id)),
         Access::Index(ia) => {
             let mut seen = HashSet::new();
             for (s, e) in &ia.ranges {
                 ia.scan_range(kv, (s, e), false, u64::MAX, &mut |k| {
                     let id = id_from_key(k)?;
-                    if admitted(&id) && (!ia.arrays || seen.insert(id)) {
-                        if let Some(v) = kv.get(&rec_key(&id))? {
-                            check(codec::decode_record_fields(id, &v, fields)?)?;
-                        }
+                    if !ia.arrays || seen.insert(id) {
+                        visit(id)?;
                     }
                     Ok(true)
                 })?;
             }
+            Ok(())
         }
     }
+}
+
+/// The matches that the access path and the resolved traversal blocks decide from ids, for a
+/// filter that is a conjunction of conditions the access path answers exactly (`answers` of
+/// them) and of blocks resolved from the related side (none, for a covered path), when the access path also implies the
+/// label scope (an index or label scan of the scope; or, for the id set of a block, a block
+/// whose surely-matching records all carry a label in scope, known from the counters).
+/// A candidate in every block's `sure` set matches without its record being read; one in a
+/// block's `maybe` set only is read and checked in full; any other is not a match.
+/// Returns (matches in access order, candidates examined), or None when the shape differs.
+fn ids_by_gates<R: KvRead>(
+    kv: &R,
+    tenant: u64,
+    labels: &[String],
+    filter: &Filter,
+    access: &Access,
+    answers: usize,
+) -> Result<Option<(Vec<Uuid>, u64)>> {
+    let mut conj = Vec::new();
+    flatten(filter, &mut conj);
+    let mut gates = Vec::new();
+    for f in &conj {
+        if let Filter::Related(r) = f {
+            match &r.resolved {
+                Some(res) => gates.push(res.as_ref()),
+                None => return Ok(None),
+            }
+        }
+    }
+    let others = conj.len() - gates.len();
+    let scoped = |res: &&crate::query::filter::Resolved| {
+        res.label.as_ref().is_some_and(|l| labels.contains(l))
+    };
+    let applies = match access {
+        Access::Index(_) | Access::Labels(_) => answers == others,
+        // An id set chosen from a block (answers 0), not an `$id` condition.
+        Access::Ids(_) => {
+            answers == 0 && others == 0 && (labels.is_empty() || gates.iter().any(scoped))
+        }
+        Access::All => others == 0 && labels.is_empty(),
+    };
+    if !applies {
+        return Ok(None);
+    }
+    let mut fields = Vec::new();
+    filter.fields(&mut fields);
+    let walker = Walker::new(kv, tenant);
+    let (mut out, mut examined) = (Vec::new(), 0u64);
+    access_ids(kv, tenant, access, &mut |id| {
+        examined += 1;
+        let mut sure = true;
+        for g in &gates {
+            if !g.sure.contains(&id) {
+                if !g.maybe.contains(&id) {
+                    return Ok(());
+                }
+                sure = false;
+            }
+        }
+        if !sure {
+            let Some(v) = kv.get(&rstore::record_key(tenant, &id))? else {
+                return Ok(());
+            };
+            let r = codec::decode_record_fields(id, &v, Some(&fields))?;
+            if !(labels.is_empty() || labels.contains(&r.label)) || !filter.eval(&r, &walker) {
+                return Ok(());
+            }
+        }
+        out.push(id);
+        Ok(())
+    })?;
     walker.finish()?;
-    Ok((examined, total))
+    Ok(Some((out, examined)))
 }
 
 /// Reads every record of `labels` (all labels when empty) front to back through the record
@@ -1010,43 +1179,49 @@ pub fn for_each_match<R: KvRead>(
     fields: Option<&[&str]>,
     visit: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<Explain> {
-    let planner = Planner { kv, tenant, labels };
-    let resolved;
-    let (filter, traversal) = match resolve_traversals(&planner, filter)? {
-        Some((f, notes)) => {
-            resolved = f;
-            (&resolved, notes)
+    let p = plan_filter(kv, tenant, labels, filter)?;
+    let (examined, matched) = p.visit(kv, tenant, labels, fields, visit)?;
+    Ok(p.explain(examined, matched))
+}
+
+impl Planned<'_> {
+    /// [`visit_candidates`] with the filter's own fields decoded as well as `fields`.
+    fn visit<R: KvRead>(
+        &self,
+        kv: &R,
+        tenant: u64,
+        labels: &[String],
+        fields: Option<&[&str]>,
+        visit: &mut dyn FnMut(Record) -> Result<()>,
+    ) -> Result<(u64, u64)> {
+        let with_filter: Option<Vec<&str>> = fields.map(|f| {
+            let mut all: Vec<&str> = f.to_vec();
+            self.filter.fields(&mut all);
+            all.sort_unstable();
+            all.dedup();
+            all
+        });
+        visit_candidates(
+            kv,
+            tenant,
+            labels,
+            &self.filter,
+            &self.access,
+            with_filter.as_deref(),
+            visit,
+        )
+    }
+
+    fn explain(self, examined: u64, matched: u64) -> Explain {
+        Explain {
+            access: self.access.describe(),
+            estimated_rows: self.estimated,
+            examined_rows: examined,
+            matched_rows: matched,
+            traversal: self.traversal,
+            ..Default::default()
         }
-        None => (filter, vec![]),
-    };
-    let mut conj = Vec::new();
-    flatten(filter, &mut conj);
-    let (access, estimated, _) = planner.plan(&conj)?;
-    // The filter is evaluated on the decoded record: decode its fields as well.
-    let with_filter: Option<Vec<&str>> = fields.map(|f| {
-        let mut all: Vec<&str> = f.to_vec();
-        filter.fields(&mut all);
-        all.sort_unstable();
-        all.dedup();
-        all
-    });
-    let (examined, matched) = visit_candidates(
-        kv,
-        tenant,
-        labels,
-        filter,
-        &access,
-        with_filter.as_deref(),
-        visit,
-    )?;
-    Ok(Explain {
-        access: access.describe(),
-        estimated_rows: estimated,
-        examined_rows: examined,
-        matched_rows: matched,
-        traversal,
-        ..Default::default()
-    })
+    }
 }
 
 /// Resolves the filter's traversal blocks that are cheaper from the related side (see
@@ -1060,7 +1235,14 @@ fn resolve_traversals<R: KvRead>(
     }
     let root_rows = estimate(planner.kv, planner.tenant, planner.labels, filter)?;
     let mut notes = Vec::new();
-    let f = traverse::prepare(planner.kv, planner.tenant, filter, root_rows, &mut notes)?;
+    let f = traverse::prepare(
+        planner.kv,
+        planner.tenant,
+        planner.labels,
+        filter,
+        root_rows,
+        &mut notes,
+    )?;
     Ok(Some((f, notes)))
 }
 
@@ -1082,7 +1264,16 @@ pub fn for_each_id<R: KvRead>(
     filter: &Filter,
     visit: &mut dyn FnMut(Uuid) -> Result<()>,
 ) -> Result<Explain> {
-    for_each_match(kv, tenant, labels, filter, Some(&[]), &mut |r| visit(r.id))
+    let p = plan_filter(kv, tenant, labels, filter)?;
+    if let Some((ids, examined)) =
+        ids_by_gates(kv, tenant, labels, &p.filter, &p.access, p.answers)?
+    {
+        let matched = ids.len() as u64;
+        ids.into_iter().try_for_each(&mut *visit)?;
+        return Ok(p.explain(examined, matched));
+    }
+    let (examined, matched) = p.visit(kv, tenant, labels, Some(&[]), &mut |r| visit(r.id))?;
+    Ok(p.explain(examined, matched))
 }
 
 /// Walks one label's run of a property index in value order, stopping after the page, and

@@ -90,9 +90,12 @@ pub struct Related {
 /// that need a check from their own side, and the block's targets.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Resolved {
+    /// Records that satisfy the block (no check needed).
     pub sure: HashSet<Uuid>,
     pub maybe: HashSet<Uuid>,
     pub targets: HashSet<Uuid>,
+    /// The label every record of `sure` has, when the relationship counters imply one.
+    pub label: Option<String>,
 }
 
 /// Evaluates traversal blocks that were not resolved from the related side.

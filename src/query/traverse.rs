@@ -15,7 +15,7 @@
 //!   stopping at the first target. Chosen when the records to check are fewer than the
 //!   block's targets.
 
-use super::exec::{self, Explain};
+use super::exec::{self, Explain, KEY_COST};
 use super::filter::{Filter, Graph, Related, Resolved};
 use crate::error::{Error, Result};
 use crate::model::Record;
@@ -151,24 +151,55 @@ impl<R: KvRead + ?Sized> Graph for Walker<'_, R> {
 }
 
 /// Resolves, from the related side, every block (at any depth of the root's logical
-/// operators) whose estimated targets are at most `root_rows`, the records the root would
-/// otherwise check. Returns the filter with those blocks resolved; `notes` says what was
-/// chosen for each block (explain).
+/// operators) for which that side is estimated cheaper than checking the `root_rows`
+/// records of `root_labels` from their own side (see [`Costs`]). Returns the filter with
+/// those blocks resolved; `notes` says what was chosen for each block (explain).
 pub fn prepare<R: KvRead>(
     kv: &R,
     tenant: u64,
+    root_labels: &[String],
     filter: &Filter,
     root_rows: u64,
     notes: &mut Vec<String>,
 ) -> Result<Filter> {
+    let mut costs = Costs::new(kv, tenant)?;
+    prepare_with(&mut costs, root_labels, filter, root_rows, notes)
+}
+
+fn prepare_with<R: KvRead>(
+    costs: &mut Costs<'_, R>,
+    root_labels: &[String],
+    filter: &Filter,
+    root_rows: u64,
+    notes: &mut Vec<String>,
+) -> Result<Filter> {
+    let mut all = |fs: &[Filter], notes: &mut Vec<String>| -> Result<Vec<Filter>> {
+        fs.iter()
+            .map(|f| prepare_with(costs, root_labels, f, root_rows, notes))
+            .collect()
+    };
     Ok(match filter {
         Filter::Related(rel) => {
+            let (kv, tenant) = (costs.kv, costs.tenant);
             let labels: Vec<String> = rel.label.iter().cloned().collect();
             let est = block_targets(kv, tenant, &labels, &rel.filter)?;
             let what = rel.label.as_deref().unwrap_or("any label");
-            if est > root_rows {
+            let record_side = costs.walk(root_labels, rel)?.map(|w| root_rows as f64 * w);
+            let related_side = costs.related(rel)?;
+            let from_related = match (record_side, related_side) {
+                (Some(own), Some(related)) => related <= own,
+                // Without fan-out estimates (multi-hop blocks, unlabelled roots): compare rows.
+                _ => est <= root_rows,
+            };
+            let cost = match (record_side, related_side) {
+                (Some(own), Some(related)) => {
+                    format!("; cost about {related:.0} against {own:.0} from each record")
+                }
+                _ => String::new(),
+            };
+            if !from_related {
                 notes.push(format!(
-                    "{what}: from each record's side (about {root_rows} records to check, about {est} targets)"
+                    "{what}: from each record's side (about {root_rows} records to check, about {est} targets{cost})"
                 ));
                 return Ok(filter.clone());
             }
@@ -177,9 +208,9 @@ pub fn prepare<R: KvRead>(
                 targets.insert(id);
                 Ok(())
             })?;
-            let res = reach_back(kv, tenant, rel, targets)?;
+            let res = reach_back(costs, root_labels, rel, targets)?;
             notes.push(format!(
-                "{what}: from the related side ({} targets via {}, {} records reached)",
+                "{what}: from the related side ({} targets via {}, {} records reached{cost})",
                 res.targets.len(),
                 e.access,
                 res.sure.len() + res.maybe.len()
@@ -189,13 +220,163 @@ pub fn prepare<R: KvRead>(
             rel.resolved = Some(Arc::new(res));
             Filter::Related(rel)
         }
-        Filter::And(fs) => Filter::And(prep_all(kv, tenant, fs, root_rows, notes)?),
-        Filter::Or(fs) => Filter::Or(prep_all(kv, tenant, fs, root_rows, notes)?),
-        Filter::Nor(fs) => Filter::Nor(prep_all(kv, tenant, fs, root_rows, notes)?),
-        Filter::Xor(fs) => Filter::Xor(prep_all(kv, tenant, fs, root_rows, notes)?),
-        Filter::Not(f) => Filter::Not(Box::new(prepare(kv, tenant, f, root_rows, notes)?)),
+        Filter::And(fs) => Filter::And(all(fs, notes)?),
+        Filter::Or(fs) => Filter::Or(all(fs, notes)?),
+        Filter::Nor(fs) => Filter::Nor(all(fs, notes)?),
+        Filter::Xor(fs) => Filter::Xor(all(fs, notes)?),
+        Filter::Not(f) => Filter::Not(Box::new(prepare_with(
+            costs,
+            root_labels,
+            f,
+            root_rows,
+            notes,
+        )?)),
         other => other.clone(),
     })
+}
+
+/// The blocks directly under a filter's logical operators (not inside other blocks).
+fn blocks<'f>(f: &'f Filter, out: &mut Vec<&'f Related>) {
+    match f {
+        Filter::Related(r) => out.push(r),
+        Filter::And(fs) | Filter::Or(fs) | Filter::Nor(fs) | Filter::Xor(fs) => {
+            fs.iter().for_each(|f| blocks(f, out))
+        }
+        Filter::Not(f) => blocks(f, out),
+        _ => {}
+    }
+}
+
+/// Cost estimates for the side a block is evaluated from, in B-tree descents (an adjacency
+/// read or a record read is one; reading on along an index run costs [`KEY_COST`] per key),
+/// from the relationship and label counters of the read view (`KEY_COST` as in the planner). Only one-hop blocks between
+/// labelled records are estimated; otherwise the planner compares row counts.
+struct Costs<'a, R: KvRead> {
+    kv: &'a R,
+    tenant: u64,
+    /// (source label, type, target label, relationships), read on first use.
+    counts: Option<Vec<(String, String, String, u64)>>,
+}
+
+impl<'a, R: KvRead> Costs<'a, R> {
+    fn new(kv: &'a R, tenant: u64) -> Result<Self> {
+        Ok(Costs {
+            kv,
+            tenant,
+            counts: None,
+        })
+    }
+
+    fn counts(&mut self) -> Result<&[(String, String, String, u64)]> {
+        if self.counts.is_none() {
+            self.counts = Some(rels::rel_counts(self.kv, self.tenant)?);
+        }
+        Ok(self.counts.as_deref().unwrap_or_default())
+    }
+
+    /// Relationships of the block's types and direction from a record of `from` to one of
+    /// `to` (None: any label), summed over `from`.
+    fn edges_between(&mut self, from: &[String], rel: &Related, to: Option<&str>) -> Result<u64> {
+        let typed = |t: &String| rel.edges.types.is_empty() || rel.edges.types.contains(t);
+        let out = rel.edges.dir != Some(crate::model::Direction::In);
+        let inn = rel.edges.dir != Some(crate::model::Direction::Out);
+        let other = |l: &String| to.is_none_or(|t| t == l);
+        Ok(self
+            .counts()?
+            .iter()
+            .filter(|(s, ty, t, _)| {
+                typed(ty)
+                    && ((out && from.contains(s) && other(t))
+                        || (inn && from.contains(t) && other(s)))
+            })
+            .map(|c| c.3)
+            .sum())
+    }
+
+    /// Descents to check one record of `from` against the block from its own side: its
+    /// adjacency, then each neighbour's record and the nested blocks from there (an upper
+    /// bound: the walk stops at the first target).
+    fn walk(&mut self, from: &[String], rel: &Related) -> Result<Option<f64>> {
+        let Some(to) = rel.label.clone() else {
+            return Ok(None);
+        };
+        if from.is_empty() || rel.hops != (1, 1) {
+            return Ok(None);
+        }
+        let mut records = 0u64;
+        for l in from {
+            records += rstore::label_count(self.kv, self.tenant, l)?;
+        }
+        if records == 0 {
+            return Ok(Some(1.0));
+        }
+        let fanout = self.edges_between(from, rel, Some(&to))? as f64 / records as f64;
+        let mut nested = Vec::new();
+        blocks(&rel.filter, &mut nested);
+        let mut inner = 0.0;
+        for b in nested {
+            match self.walk(std::slice::from_ref(&to), b)? {
+                Some(c) => inner += c,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(1.0 + fanout * (1.0 + inner)))
+    }
+
+    /// Descents to resolve the block from the related side: finding its targets (their index
+    /// keys, and each nested block by its cheaper side), then one adjacency read per target.
+    fn related(&mut self, rel: &Related) -> Result<Option<f64>> {
+        let Some(label) = rel.label.clone() else {
+            return Ok(None);
+        };
+        let labels = std::slice::from_ref(&label);
+        let est = block_targets(self.kv, self.tenant, labels, &rel.filter)? as f64;
+        let own = exec::estimate(self.kv, self.tenant, labels, &rel.filter)? as f64;
+        let mut nested = Vec::new();
+        blocks(&rel.filter, &mut nested);
+        let mut find = KEY_COST * est;
+        for b in nested {
+            let related = self.related(b)?;
+            let walk = self.walk(labels, b)?.map(|w| own * w);
+            find += match (related, walk) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(c), None) | (None, Some(c)) => c,
+                (None, None) => return Ok(None),
+            };
+        }
+        Ok(Some(est + find))
+    }
+
+    /// The one label every record reached backwards from the targets of a one-hop block has,
+    /// when the counters name exactly one (the counters are exact in every read view).
+    fn reached_label(&mut self, rel: &Related) -> Result<Option<String>> {
+        let Some(t) = rel.label.clone() else {
+            return Ok(None);
+        };
+        if rel.hops != (1, 1) {
+            return Ok(None);
+        }
+        let typed = |ty: &String| rel.edges.types.is_empty() || rel.edges.types.contains(ty);
+        // The block's direction is seen from the reached record: `Out` means reached -> target.
+        let out = rel.edges.dir != Some(crate::model::Direction::In);
+        let inn = rel.edges.dir != Some(crate::model::Direction::Out);
+        let mut found: HashSet<&String> = HashSet::new();
+        for (s, ty, tl, n) in self.counts()? {
+            if *n == 0 || !typed(ty) {
+                continue;
+            }
+            if out && *tl == t {
+                found.insert(s);
+            }
+            if inn && *s == t {
+                found.insert(tl);
+            }
+        }
+        Ok(match found.into_iter().collect::<Vec<_>>().as_slice() {
+            [one] => Some((*one).clone()),
+            _ => None,
+        })
+    }
 }
 
 /// Estimated matches of (labels, filter) bounded by its one-hop blocks: a block over label B
@@ -246,25 +427,14 @@ fn block_targets<R: KvRead>(
     Ok(est)
 }
 
-fn prep_all<R: KvRead>(
-    kv: &R,
-    tenant: u64,
-    fs: &[Filter],
-    root_rows: u64,
-    notes: &mut Vec<String>,
-) -> Result<Vec<Filter>> {
-    fs.iter()
-        .map(|f| prepare(kv, tenant, f, root_rows, notes))
-        .collect()
-}
-
 /// Multi-source breadth-first walk backwards from the targets.
 fn reach_back<R: KvRead>(
-    kv: &R,
-    tenant: u64,
+    costs: &mut Costs<'_, R>,
+    root_labels: &[String],
     rel: &Related,
     targets: HashSet<Uuid>,
 ) -> Result<Resolved> {
+    let (kv, tenant) = (costs.kv, costs.tenant);
     let (min, max) = rel.hops;
     let back = EdgeFilter {
         dir: rel.edges.dir.map(|d| d.reverse()),
@@ -272,8 +442,13 @@ fn reach_back<R: KvRead>(
     };
     let mut dist: HashMap<Uuid, u32> = targets.iter().map(|t| (*t, 0)).collect();
     let mut frontier: Vec<Uuid> = targets.iter().copied().collect();
-    let mut res = Resolved::default();
+    let mut res = Resolved {
+        label: costs.reached_label(rel)?,
+        ..Resolved::default()
+    };
     for depth in 1..=max {
+        // In key order, consecutive adjacency reads share the upper pages of the B-tree.
+        frontier.sort_unstable();
         let mut next = Vec::new();
         for n in &frontier {
             rels::edges(kv, tenant, n, &back, &mut |e| {
@@ -294,8 +469,12 @@ fn reach_back<R: KvRead>(
         }
         frontier = next;
     }
-    // A target itself (distance 0) satisfies the block only through another target.
-    res.maybe.extend(targets.iter().copied());
+    // A target itself (distance 0) satisfies the block only through another target; it can
+    // be a root record only when its label is in the root's scope.
+    let in_scope = |l: &String| root_labels.is_empty() || root_labels.contains(l);
+    if rel.label.as_ref().is_none_or(in_scope) {
+        res.maybe.extend(targets.iter().copied());
+    }
     res.targets = targets;
     Ok(res)
 }

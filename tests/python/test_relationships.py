@@ -194,6 +194,48 @@ def test_two_hop_block_is_resolved_from_the_selective_end(api):
     assert r.json()["response"]["total"] == 6
 
 
+def test_blocks_decided_from_ids_follow_the_labels_the_counters_show(api):
+    # 40 customers (8 in DE) with 6 orders each, linked CUSTOMER -[HAS]-> ORDER. Resolved from
+    # the DE customers, the block's reached records are all orders while the counters say so,
+    # and matches are then decided from ids (no record read); once a NOTE also hangs off a DE
+    # customer under the same type, labels must be read again. Both must give the same answers.
+    statuses = ["paid", "open", "shipped"]
+    docs = [{"country": "DE" if c % 5 == 0 else "FR", "c": c,
+             "ORDER": [{"o": o, "status": statuses[(c + o) % 3]} for o in range(6)]} for c in range(40)]
+    r = api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": "CUSTOMER", "documents": docs,
+                                                   "options": {"relationshipType": "HAS"}}})
+    assert r.status_code == 200, r.text
+    de_paid = sum(1 for c in range(40) if c % 5 == 0 for o in range(6) if statuses[(c + o) % 3] == "paid")
+    de_orders = sum(6 for c in range(40) if c % 5 == 0)
+    block = {"$relation": {"type": "HAS", "direction": "in"}, "country": "DE"}
+
+    def total(labels, where):
+        r = api.post("/api/v1/records/search", {"labels": labels, "where": where, "limit": 1})
+        assert r.status_code == 200, r.text
+        return r.json()["data"]["total"]
+
+    def check(extra):
+        assert total(["ORDER"], {"status": "paid", "CUSTOMER": block}) == de_paid
+        assert total(["ORDER"], {"CUSTOMER": block}) == de_orders
+        assert len(find_ids(api, {"labels": ["ORDER"], "where": {"CUSTOMER": block}})) == de_orders
+        assert total([], {"status": "paid", "CUSTOMER": block}) == de_paid + extra
+        assert total(["NOTE"], {"status": "paid", "CUSTOMER": block}) == extra
+        # A scope outside the reached label: customers with a DE customer above them.
+        assert total(["CUSTOMER"], {"CUSTOMER": block}) == 0
+        r = api.protocol({"kind": "describe", "describe": {"kind": "explain", "query": {
+            "labels": ["ORDER"], "predicate": {"status": "paid", "CUSTOMER": block}}}})
+        plan = r.json()["response"]["plan"]
+        assert plan["actualRows"] == de_paid, plan
+        assert any(t.startswith("CUSTOMER: from the related side") for t in plan["traversal"]), plan
+
+    check(0)
+    de = find_ids(api, {"labels": ["CUSTOMER"], "where": {"c": 0}}).pop()
+    note = api.create("NOTE", {"status": "paid"})
+    r = api.post(f"/api/v1/records/{de}/relationships", {"targetIds": [note], "type": "HAS"})
+    assert r.status_code == 201, r.text
+    check(1)
+
+
 def test_alias_aggregation_and_group_by(api, shop):
     r = api.post("/api/v1/records/search", {
         "labels": ["Customer"],

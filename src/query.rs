@@ -17,6 +17,11 @@ pub const MAX_LIMIT: i64 = 1000;
 /// Longest label accepted.
 pub const MAX_LABEL_BYTES: usize = 1024;
 
+/// Threads one large scan or walk may use: the machine's cores, at most 8.
+pub fn scan_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
 pub fn check_label(label: &str) -> Result<()> {
     if label.is_empty() {
         return Err(Error::invalid("label must not be empty"));

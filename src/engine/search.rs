@@ -30,11 +30,6 @@ fn binder<'a, R: crate::store::kv::KvRead>(
     }
 }
 
-/// Threads one large scan may use: the machine's cores, at most 8.
-fn scan_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
-}
-
 /// Largest number of records one bulk delete removes in a single write batch.
 const DELETE_CHUNK: usize = 50_000;
 
@@ -130,7 +125,7 @@ impl Engine {
                         t,
                         labels,
                         &fields,
-                        scan_threads(),
+                        crate::query::scan_threads(),
                         &|| groups.fresh(),
                         &|g, refs| g.add(refs),
                     )?;

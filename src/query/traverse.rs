@@ -427,6 +427,52 @@ fn block_targets<R: KvRead>(
     Ok(est)
 }
 
+/// A frontier at least this large is read on several threads (when the view allows it).
+const PARALLEL_FRONTIER: usize = 4096;
+
+/// The other ends of the edges of `nodes` that `f` admits, node by node in `nodes` order
+/// (the same sequence on one thread or several: the result does not depend on threads).
+fn neighbours<R: KvRead>(kv: &R, tenant: u64, nodes: &[Uuid], f: &EdgeFilter) -> Result<Vec<Uuid>> {
+    fn read<R: KvRead + ?Sized>(
+        kv: &R,
+        tenant: u64,
+        nodes: &[Uuid],
+        f: &EdgeFilter,
+    ) -> Result<Vec<Uuid>> {
+        let mut out = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            rels::edges(kv, tenant, n, f, &mut |e| {
+                out.push(e.other);
+                Ok(true)
+            })?;
+        }
+        Ok(out)
+    }
+    let threads = crate::query::scan_threads();
+    let shared = match kv.shared() {
+        Some(s) if threads > 1 && nodes.len() >= PARALLEL_FRONTIER => s,
+        _ => return read(kv, tenant, nodes, f),
+    };
+    let parts: Vec<Result<Vec<Uuid>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = nodes
+            .chunks(nodes.len().div_ceil(threads))
+            .map(|chunk| scope.spawn(move || read(shared, tenant, chunk, f)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::internal("adjacency reader thread panicked")))
+            })
+            .collect()
+    });
+    let mut out = Vec::new();
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
+}
+
 /// Multi-source breadth-first walk backwards from the targets.
 fn reach_back<R: KvRead>(
     costs: &mut Costs<'_, R>,
@@ -450,14 +496,11 @@ fn reach_back<R: KvRead>(
         // In key order, consecutive adjacency reads share the upper pages of the B-tree.
         frontier.sort_unstable();
         let mut next = Vec::new();
-        for n in &frontier {
-            rels::edges(kv, tenant, n, &back, &mut |e| {
-                if let std::collections::hash_map::Entry::Vacant(v) = dist.entry(e.other) {
-                    v.insert(depth);
-                    next.push(e.other);
-                }
-                Ok(true)
-            })?;
+        for other in neighbours(kv, tenant, &frontier, &back)? {
+            if let std::collections::hash_map::Entry::Vacant(v) = dist.entry(other) {
+                v.insert(depth);
+                next.push(other);
+            }
         }
         if depth >= min {
             res.sure.extend(next.iter().copied());

@@ -23,6 +23,10 @@ pub trait KvRead {
     fn scan_prefix(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
         self.scan(prefix, &super::keys::prefix_end(prefix), reverse, visit)
     }
+    /// This view, when several threads may read it at once (a snapshot); None otherwise.
+    fn shared(&self) -> Option<&(dyn KvRead + Sync)> {
+        None
+    }
     fn has_prefix(&self, prefix: &[u8]) -> Result<bool> {
         let mut found = false;
         self.scan_prefix(prefix, false, &mut |_, _| {
@@ -123,6 +127,9 @@ impl Snapshot {
 }
 
 impl KvRead for Snapshot {
+    fn shared(&self) -> Option<&(dyn KvRead + Sync)> {
+        Some(self)
+    }
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         for b in self.mem.iter().rev() {
             if let Some(v) = b.writes.get(key) {

@@ -236,6 +236,26 @@ def test_blocks_decided_from_ids_follow_the_labels_the_counters_show(api):
     check(1)
 
 
+def test_a_wide_block_reads_its_frontier_on_several_threads(api):
+    # 5,000 targets: the walk back reads adjacency on several threads (4,096 and more) and
+    # must give the same records as one thread would; every third customer is FR.
+    docs = [{"country": "FR" if c % 3 == 0 else "DE", "c": c, "ORDER": [{"o": 0}, {"o": 1, "big": c % 2 == 0}]}
+            for c in range(7500)]
+    r = api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": "CUSTOMER", "documents": docs,
+                                                   "options": {"relationshipType": "HAS"}}})
+    assert r.status_code == 200, r.text
+    de = [c for c in range(7500) if c % 3 != 0]
+    block = {"$relation": {"type": "HAS", "direction": "in"}, "country": "DE"}
+    r = api.post("/api/v1/records/search", {"labels": ["ORDER"], "where": {"CUSTOMER": block}, "limit": 1})
+    assert r.json()["data"]["total"] == 2 * len(de)
+    r = api.post("/api/v1/records/search", {"labels": ["ORDER"], "where": {"big": True, "CUSTOMER": block}, "limit": 1})
+    assert r.json()["data"]["total"] == sum(1 for c in de if c % 2 == 0)
+    r = api.protocol({"kind": "describe", "describe": {"kind": "explain", "query": {
+        "labels": ["ORDER"], "predicate": {"CUSTOMER": block}}}})
+    plan = r.json()["response"]["plan"]
+    assert any(t.startswith(f"CUSTOMER: from the related side ({len(de)} targets") for t in plan["traversal"]), plan
+
+
 def test_alias_aggregation_and_group_by(api, shop):
     r = api.post("/api/v1/records/search", {
         "labels": ["Customer"],

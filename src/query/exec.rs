@@ -515,6 +515,15 @@ impl<R: KvRead> Planner<'_, R> {
             };
             keys as f64 * KEY_COST + reads as f64
         };
+        // Keys after which a path answering `answers` conditions costs at least `best`.
+        let keys_within = |best: f64, answers: usize| -> u64 {
+            let keys = match gate_rows {
+                _ if by_ids && answers == others => best / KEY_COST,
+                Some(g) if best > g as f64 * (1.0 + KEY_COST) => (best - g as f64) / KEY_COST,
+                _ => best / (1.0 + KEY_COST),
+            };
+            keys.ceil() as u64
+        };
         let mut best = if self.labels.is_empty() {
             (Access::All, scan_rows, 0)
         } else {
@@ -595,7 +604,7 @@ impl<R: KvRead> Planner<'_, R> {
         }
         for ia in options {
             // Count only as far as could still beat the best path.
-            let cap = (best_cost / KEY_COST).ceil() as u64;
+            let cap = keys_within(best_cost, ia.answers);
             let est = self.count_keys(&ia, ESTIMATE_CAP.min(cap.saturating_add(1)).max(1))?;
             let c = cost(est, ia.answers);
             if c < best_cost || (c == best_cost && !matches!(best.0, Access::Ids(_))) {

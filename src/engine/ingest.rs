@@ -76,6 +76,7 @@ impl Options {
 }
 
 /// The write of one planned record: a create, or an upsert when the options ask for one.
+/// `id` is one the engine has just generated (UUIDv7), so the create is not probed for it.
 pub(super) fn record_op(
     id: uuid::Uuid,
     label: String,
@@ -92,7 +93,7 @@ pub(super) fn record_op(
         }),
         None => WriteOp::Put(PutRecord {
             id,
-            mode: PutMode::Create,
+            mode: PutMode::CreateNew,
             label: Some(label),
             props,
         }),

@@ -108,11 +108,10 @@ impl Engine {
                 if o.capitalize_labels.unwrap_or(false) {
                     *l = l.to_uppercase();
                 }
-                let id = match &p.id {
-                    Some(id) => parse_uuid_v7(id, "id")?,
-                    None => Uuid::now_v7(),
-                };
-                (id, rstore::PutMode::Create)
+                match &p.id {
+                    Some(id) => (parse_uuid_v7(id, "id")?, rstore::PutMode::Create),
+                    None => (Uuid::now_v7(), rstore::PutMode::CreateNew),
+                }
             }
             PutMode::Merge | PutMode::Replace => {
                 let id = parse_uuid_v7(

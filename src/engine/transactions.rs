@@ -117,7 +117,7 @@ impl Transactions {
 /// Record ids a write op changes (their committed versions join the transaction's set).
 fn written_ids(op: &WriteOp) -> Vec<Uuid> {
     match op {
-        WriteOp::Put(p) if p.mode != rec::PutMode::Create => vec![p.id],
+        WriteOp::Put(p) if !p.mode.creates() => vec![p.id],
         WriteOp::Retype { id, .. } | WriteOp::Delete { id } => vec![*id],
         _ => vec![],
     }
@@ -415,7 +415,7 @@ impl Engine {
 /// A create op's record.
 fn as_create(op: &WriteOp) -> Option<&PutRecord> {
     match op {
-        WriteOp::Put(p) if p.mode == rec::PutMode::Create => Some(p),
+        WriteOp::Put(p) if p.mode.creates() => Some(p),
         _ => None,
     }
 }

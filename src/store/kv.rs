@@ -76,18 +76,37 @@ pub struct Batch {
 pub type Published = Arc<Vec<Arc<Batch>>>;
 
 /// The writes of `batches` (oldest first) whose keys fall in `range`, merged in key order: a
-/// newer batch's write wins on an equal key.
+/// newer batch's write wins on an equal key. A k-way merge of the batches' sorted runs.
 pub fn newest_wins<'a>(
     batches: &'a [Arc<Batch>],
     range: (Bound<&[u8]>, Bound<&[u8]>),
-) -> BTreeMap<&'a [u8], Option<&'a [u8]>> {
-    let mut merged = BTreeMap::new();
-    for b in batches {
-        for (k, v) in b.writes.range::<[u8], _>(range) {
-            merged.insert(k.as_slice(), v.as_deref());
+) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    type Run<'a> = std::collections::btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>;
+    let mut runs: Vec<Run<'a>> = batches
+        .iter()
+        .map(|b| b.writes.range::<[u8], _>(range))
+        .collect();
+    // (key, batch, value), smallest key first; on equal keys the newest batch (largest
+    // index) first.
+    type Head<'a> = Reverse<(&'a [u8], Reverse<usize>, Option<&'a [u8]>)>;
+    let mut heap: BinaryHeap<Head<'a>> = BinaryHeap::with_capacity(runs.len());
+    for (i, run) in runs.iter_mut().enumerate() {
+        if let Some((k, v)) = run.next() {
+            heap.push(Reverse((k.as_slice(), Reverse(i), v.as_deref())));
         }
     }
-    merged
+    let mut out: Vec<(&'a [u8], Option<&'a [u8]>)> = Vec::new();
+    while let Some(Reverse((k, Reverse(i), v))) = heap.pop() {
+        if out.last().is_none_or(|(last, _)| *last != k) {
+            out.push((k, v));
+        }
+        if let Some((k, v)) = runs[i].next() {
+            heap.push(Reverse((k.as_slice(), Reverse(i), v.as_deref())));
+        }
+    }
+    out
 }
 
 /// An MVCC snapshot: sees exactly the commits that completed before it was opened: redb's
@@ -298,6 +317,37 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[test]
+    fn newest_batch_wins_in_key_order() {
+        let batch = |seq: u64, w: &[(u8, Option<u8>)]| {
+            Arc::new(Batch {
+                seq,
+                writes: w
+                    .iter()
+                    .map(|(k, v)| (vec![*k], v.map(|v| vec![v])))
+                    .collect(),
+            })
+        };
+        let batches = vec![
+            batch(1, &[(1, Some(1)), (2, Some(1)), (4, Some(1))]),
+            batch(2, &[(2, Some(2)), (3, None)]),
+            batch(3, &[(1, None), (4, Some(3))]),
+        ];
+        let all = newest_wins(&batches, (Bound::Unbounded, Bound::Unbounded));
+        let want: Vec<(&[u8], Option<&[u8]>)> = vec![
+            (&[1], None),
+            (&[2], Some(&[2])),
+            (&[3], None),
+            (&[4], Some(&[3])),
+        ];
+        assert_eq!(all, want);
+        let some = newest_wins(
+            &batches,
+            (Bound::Included(&[2][..]), Bound::Excluded(&[4][..])),
+        );
+        assert_eq!(some, want[1..3].to_vec());
     }
 
     #[test]

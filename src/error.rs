@@ -122,5 +122,6 @@ internal_from!(
     redb::TransactionError,
     redb::CommitError,
     redb::DatabaseError,
+    redb::CursorError,
     std::io::Error
 );

@@ -239,22 +239,13 @@ impl Published {
             .map_err(|e| Error::internal(format!("set durability: {e}")))?;
             {
                 let mut table = txn.open_table(KV)?;
-                let mut apply = |k: &[u8], v: Option<&[u8]>| -> Result<()> {
-                    match v {
-                        Some(v) => table.insert(k, v)?,
-                        None => table.remove(k)?,
-                    };
-                    Ok(())
-                };
                 if let [one] = batches.as_slice() {
-                    for (k, v) in &one.writes {
-                        apply(k, v.as_deref())?;
-                    }
+                    let writes = one.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()));
+                    apply_in_order(&mut table, writes)?;
                 } else {
                     // A counter every group rewrites lands once.
-                    for (k, v) in kv::newest_wins(&batches, (Bound::Unbounded, Bound::Unbounded)) {
-                        apply(k, v)?;
-                    }
+                    let all = kv::newest_wins(&batches, (Bound::Unbounded, Bound::Unbounded));
+                    apply_in_order(&mut table, all.into_iter())?;
                 }
             }
             txn.commit()?;
@@ -273,6 +264,55 @@ impl Published {
         self.changed.notify_all();
         done
     }
+}
+
+/// Entries a cursor steps over before it seeks instead (a seek is one descent from the root).
+const CURSOR_STEPS: usize = 4;
+
+/// Writes a stream of writes in strictly ascending key order into `table` through one cursor
+/// kept at the gap before the next key: a key that falls in that gap is inserted there (redb
+/// buffers a run of such inserts and builds their leaves together, so keys appended one after
+/// another cost far less than a descent each); an equal entry is replaced or removed; a key
+/// further on moves the cursor a few entries, or seeks.
+fn apply_in_order<'a>(
+    table: &mut redb::Table<&'static [u8], &'static [u8]>,
+    writes: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+) -> Result<()> {
+    type Cursor<'c> = redb::CursorMut<'c, &'static [u8], &'static [u8]>;
+    // The key after the gap. Not asked while inserts are buffered: the entry after the gap
+    // does not change then, and asking would cost a descent.
+    fn after(c: &mut Cursor<'_>) -> Result<Option<Vec<u8>>> {
+        Ok(c.peek_next()?.map(|(k, _)| k.value().to_vec()))
+    }
+    let mut writes = writes.peekable();
+    let Some(&(first, _)) = writes.peek() else {
+        return Ok(());
+    };
+    let mut cursor = table.lower_bound_mut(Bound::Included(first))?;
+    let mut next = after(&mut cursor)?;
+    for (k, v) in writes {
+        // Invariant: every entry before the gap sorts below k; `next` is the one after it.
+        let mut steps = 0;
+        while next.as_deref().is_some_and(|n| n < k) {
+            if steps < CURSOR_STEPS {
+                cursor.next()?;
+                steps += 1;
+            } else {
+                cursor.close()?;
+                cursor = table.lower_bound_mut(Bound::Included(k))?;
+            }
+            next = after(&mut cursor)?;
+        }
+        if next.as_deref() == Some(k) {
+            cursor.remove_next()?;
+            next = after(&mut cursor)?;
+        }
+        if let Some(v) = v {
+            cursor.insert_before(k, v)?;
+        }
+    }
+    cursor.close()?;
+    Ok(())
 }
 
 /// The info line every checkpoint logs.
@@ -930,4 +970,65 @@ fn apply_batch<R: KvRead>(
         _ => None,
     };
     Ok((out, change))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redb::{ReadableDatabase, ReadableTable};
+    use std::collections::BTreeMap;
+
+    /// `apply_in_order` leaves the table exactly as one insert or remove per write would:
+    /// runs of new keys in one gap, keys equal to existing entries (replaced, removed), keys
+    /// a few entries on (stepped to) and far on (sought), removes of missing keys.
+    #[test]
+    fn ordered_apply_equals_one_write_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
+        let key = |i: u32| i.to_be_bytes().to_vec();
+        let mut expect: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(KV).unwrap();
+            for i in (0..3000).step_by(3) {
+                t.insert(key(i).as_slice(), b"old".as_slice()).unwrap();
+                expect.insert(key(i), b"old".to_vec());
+            }
+        }
+        txn.commit().unwrap();
+        let mut writes: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        for i in 0..3100u32 {
+            let w = match i % 7 {
+                0 | 1 => Some(format!("new{i}").into_bytes()),
+                2 => None,
+                _ if i > 1500 && i < 2500 => Some(b"run".to_vec()),
+                _ => continue,
+            };
+            writes.insert(key(i), w);
+        }
+        for (k, v) in &writes {
+            match v {
+                Some(v) => expect.insert(k.clone(), v.clone()),
+                None => expect.remove(k),
+            };
+        }
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(KV).unwrap();
+            let stream = writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()));
+            apply_in_order(&mut t, stream).unwrap();
+        }
+        txn.commit().unwrap();
+        let read = db.begin_read().unwrap();
+        let t = read.open_table(KV).unwrap();
+        let got: BTreeMap<Vec<u8>, Vec<u8>> = t
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.value().to_vec(), v.value().to_vec())
+            })
+            .collect();
+        assert_eq!(got, expect);
+    }
 }

@@ -370,6 +370,22 @@ impl Engine {
                 "a transaction stages at most {MAX_STAGED_OPS} writes; commit and start another"
             )));
         }
+        let creates = creates_of_new_ids(&open.ops, &ops);
+        if let Some(creates) = creates
+            .as_ref()
+            .filter(|cs| cs.iter().all(|p| p.mode == rec::PutMode::CreateNew))
+        {
+            // Creates under engine-generated ids read nothing: no read view is opened.
+            let out = creates
+                .iter()
+                .map(|p| {
+                    rec::stage_create_new((*p).clone(), STAGED_VERSION)
+                        .map(|r| WriteOutcome::Record(Box::new(r)))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            open.ops.extend(ops);
+            return Ok(out);
+        }
         let snap = self.store.snapshot()?;
         if let Some(t) = self.store.tenant_id(&open.tenant) {
             for id in ops.iter().flat_map(written_ids) {
@@ -386,7 +402,7 @@ impl Engine {
         // id is new to the snapshot and to the transaction): checking them alone over the
         // fresh snapshot gives the same answer as replaying everything before them, and a
         // create's check is only that (records::stage_create).
-        if let Some(creates) = creates_of_new_ids(&open.ops, &ops) {
+        if let Some(creates) = creates {
             let t = self.store.tenant_id(&open.tenant);
             let out = creates
                 .into_iter()

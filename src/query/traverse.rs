@@ -12,8 +12,9 @@
 //!   block ("sure"); one whose nearest target is closer than min may still reach another
 //!   target within range, so it is checked from its own side ("maybe").
 //! - **from the record's side** ([`Walker::related`]): breadth-first from one record,
-//!   stopping at the first target. Chosen when the records to check are fewer than the
-//!   block's targets.
+//!   stopping at the first target.
+//!
+//! The side is chosen by estimated cost in B-tree descents ([`Costs`]).
 
 use super::exec::{self, Explain, KEY_COST};
 use super::filter::{Filter, Graph, Related, Resolved};
@@ -162,7 +163,7 @@ pub fn prepare<R: KvRead>(
     root_rows: u64,
     notes: &mut Vec<String>,
 ) -> Result<Filter> {
-    let mut costs = Costs::new(kv, tenant)?;
+    let mut costs = Costs::new(kv, tenant);
     prepare_with(&mut costs, root_labels, filter, root_rows, notes)
 }
 
@@ -182,7 +183,7 @@ fn prepare_with<R: KvRead>(
         Filter::Related(rel) => {
             let (kv, tenant) = (costs.kv, costs.tenant);
             let labels: Vec<String> = rel.label.iter().cloned().collect();
-            let est = block_targets(kv, tenant, &labels, &rel.filter)?;
+            let est = costs.targets(&labels, &rel.filter)?;
             let what = rel.label.as_deref().unwrap_or("any label");
             let record_side = costs.walk(root_labels, rel)?.map(|w| root_rows as f64 * w);
             let related_side = costs.related(rel)?;
@@ -247,24 +248,74 @@ fn blocks<'f>(f: &'f Filter, out: &mut Vec<&'f Related>) {
     }
 }
 
-/// Cost estimates for the side a block is evaluated from, in B-tree descents (an adjacency
-/// read or a record read is one; reading on along an index run costs [`KEY_COST`] per key),
-/// from the relationship and label counters of the read view (`KEY_COST` as in the planner). Only one-hop blocks between
-/// labelled records are estimated; otherwise the planner compares row counts.
+/// Estimates from the label and relationship counters of one read view: a block's targets,
+/// and the cost of each side a block can be evaluated from, in B-tree descents (an adjacency
+/// read or a record read is one; reading on along an index run costs [`KEY_COST`] per key,
+/// as in the planner). Costs are estimated for one-hop blocks between labelled records only;
+/// for others the planner compares row counts.
 struct Costs<'a, R: KvRead> {
     kv: &'a R,
     tenant: u64,
     /// (source label, type, target label, relationships), read on first use.
     counts: Option<Vec<(String, String, String, u64)>>,
+    /// Estimates already made, by (filter address, labels): the filters are borrowed from
+    /// one tree for the whole planning, so an address names one filter.
+    estimates: HashMap<(usize, Vec<String>), (u64, u64)>,
 }
 
 impl<'a, R: KvRead> Costs<'a, R> {
-    fn new(kv: &'a R, tenant: u64) -> Result<Self> {
-        Ok(Costs {
+    fn new(kv: &'a R, tenant: u64) -> Self {
+        Costs {
             kv,
             tenant,
             counts: None,
-        })
+            estimates: HashMap::new(),
+        }
+    }
+
+    /// (the planner's estimate of (labels, filter) ignoring blocks, [`Costs::targets`]),
+    /// made once per filter.
+    fn estimates(&mut self, labels: &[String], filter: &Filter) -> Result<(u64, u64)> {
+        let key = (filter as *const Filter as usize, labels.to_vec());
+        if let Some(e) = self.estimates.get(&key) {
+            return Ok(*e);
+        }
+        let own = exec::estimate(self.kv, self.tenant, labels, filter)?;
+        let e = (own, self.bounded(own, labels, filter)?);
+        self.estimates.insert(key, e);
+        Ok(e)
+    }
+
+    fn targets(&mut self, labels: &[String], filter: &Filter) -> Result<u64> {
+        Ok(self.estimates(labels, filter)?.1)
+    }
+
+    /// Estimated matches of (labels, filter): `own` (blocks ignored) bounded by its one-hop
+    /// blocks. A block over label B whose own matches are estimated at e(B) leaves at most
+    /// e(B) x (relationships between the two labels, of the block's types and direction) /
+    /// (records of B).
+    fn bounded(&mut self, own: u64, labels: &[String], filter: &Filter) -> Result<u64> {
+        let mut est = own;
+        let mut conj = Vec::new();
+        exec::flatten(filter, &mut conj);
+        for f in conj {
+            let Filter::Related(b) = f else { continue };
+            let (Some(bl), [_]) = (&b.label, labels) else {
+                continue;
+            };
+            if b.hops != (1, 1) {
+                continue;
+            }
+            let of_b = rstore::label_count(self.kv, self.tenant, bl)?;
+            if of_b == 0 {
+                return Ok(0);
+            }
+            let e_b = self.targets(std::slice::from_ref(bl), &b.filter)?;
+            let edges = self.edges_between(labels, b, Some(bl))?;
+            let bound = (e_b as u128 * edges as u128).div_ceil(of_b as u128);
+            est = est.min(bound.min(u64::MAX as u128) as u64);
+        }
+        Ok(est)
     }
 
     fn counts(&mut self) -> Result<&[(String, String, String, u64)]> {
@@ -330,8 +381,8 @@ impl<'a, R: KvRead> Costs<'a, R> {
             return Ok(None);
         };
         let labels = std::slice::from_ref(&label);
-        let est = block_targets(self.kv, self.tenant, labels, &rel.filter)? as f64;
-        let own = exec::estimate(self.kv, self.tenant, labels, &rel.filter)? as f64;
+        let (own, est) = self.estimates(labels, &rel.filter)?;
+        let (own, est) = (own as f64, est as f64);
         let mut nested = Vec::new();
         blocks(&rel.filter, &mut nested);
         let mut find = KEY_COST * est;
@@ -377,54 +428,6 @@ impl<'a, R: KvRead> Costs<'a, R> {
             _ => None,
         })
     }
-}
-
-/// Estimated matches of (labels, filter) bounded by its one-hop blocks: a block over label B
-/// whose own matches are estimated at e(B) leaves at most e(B) x (relationships between the
-/// two labels, of the block's types and direction) / (records of B), from the counters.
-fn block_targets<R: KvRead>(
-    kv: &R,
-    tenant: u64,
-    labels: &[String],
-    filter: &Filter,
-) -> Result<u64> {
-    let mut est = exec::estimate(kv, tenant, labels, filter)?;
-    let mut conj = Vec::new();
-    exec::flatten(filter, &mut conj);
-    let mut counts = None;
-    for f in conj {
-        let Filter::Related(b) = f else { continue };
-        let (Some(bl), [l]) = (&b.label, labels) else {
-            continue;
-        };
-        if b.hops != (1, 1) {
-            continue;
-        }
-        let of_b = crate::store::records::label_count(kv, tenant, bl)?;
-        if of_b == 0 {
-            return Ok(0);
-        }
-        let e_b = block_targets(kv, tenant, std::slice::from_ref(bl), &b.filter)?;
-        if counts.is_none() {
-            counts = Some(rels::rel_counts(kv, tenant)?);
-        }
-        let typed = |t: &String| b.edges.types.is_empty() || b.edges.types.contains(t);
-        let (out, inn) = (
-            b.edges.dir != Some(crate::model::Direction::In),
-            b.edges.dir != Some(crate::model::Direction::Out),
-        );
-        let edges: u64 = counts
-            .iter()
-            .flatten()
-            .filter(|(s, ty, t, _)| {
-                typed(ty) && ((out && s == l && t == bl) || (inn && s == bl && t == l))
-            })
-            .map(|c| c.3)
-            .sum();
-        let bound = (e_b as u128 * edges as u128).div_ceil(of_b as u128);
-        est = est.min(bound.min(u64::MAX as u128) as u64);
-    }
-    Ok(est)
 }
 
 /// A frontier at least this large is read on several threads (when the view allows it).

@@ -50,10 +50,14 @@ fn check_create<R: KvRead>(kv: &R, tenant: Option<u64>, p: &PutRecord) -> Result
             return Err(Error::conflict(format!("record {} already exists", p.id)));
         }
     }
-    if p.label.is_none() {
-        return Err(Error::invalid("label is required"));
+    has_label(p)
+}
+
+fn has_label(p: &PutRecord) -> Result<()> {
+    match p.label {
+        Some(_) => Ok(()),
+        None => Err(Error::invalid("label is required")),
     }
-    Ok(())
 }
 
 /// The record a checked create makes (properties set to nothing are left out).
@@ -81,6 +85,14 @@ pub fn stage_create<R: KvRead>(
     version: u64,
 ) -> Result<Record> {
     check_create(kv, tenant, &p)?;
+    Ok(created_record(p, 0, version))
+}
+
+/// [`stage_create`] for a create under an engine-generated id (`PutMode::CreateNew`): there
+/// is nothing to read, so no read view is needed.
+pub fn stage_create_new(p: PutRecord, version: u64) -> Result<Record> {
+    debug_assert_eq!(p.mode, PutMode::CreateNew);
+    has_label(&p)?;
     Ok(created_record(p, 0, version))
 }
 

@@ -798,34 +798,14 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
                     explain,
                 );
             }
-            if let Some(desc) = by_id_only(&spec.order) {
-                let mut ids = Vec::new();
-                let mut seen = HashSet::new();
-                for (s, e) in &ia.ranges {
-                    ia.scan_range(kv, (s, e), false, u64::MAX, &mut |k| {
-                        let id = id_from_key(k)?;
-                        if !ia.arrays || seen.insert(id) {
-                            ids.push(id);
-                        }
-                        Ok(true)
-                    })?;
-                }
-                let total = ids.len() as u64;
-                explain.examined_rows = total;
-                explain.matched_rows = total;
-                let page = id_page(ids, desc, spec.offset, want);
-                return Ok(SearchOutput {
-                    records: fetch_full(&page)?,
-                    total,
-                    explain,
-                });
-            }
+            // Ordered by id: the keys give the matches (below, with any resolved blocks).
             // Ordered by another field: the residual path below reads the candidates once
             // more and keeps the top k (the filter check it repeats is cheap next to reading).
         }
     }
 
-    // Resolved traversal blocks with conditions the access path answers: ids decide.
+    // The access path answers every condition but resolved traversal blocks (or all of
+    // them): ids decide, and only the page is read.
     if let Some(desc) = by_id_only(&spec.order) {
         if let Some((ids, examined)) =
             ids_by_gates(kv, tenant, &spec.labels, filter, &access, answers)?

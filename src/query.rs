@@ -22,6 +22,24 @@ pub fn scan_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
 }
 
+/// Runs `work` on every part, each on its own scoped thread, and returns the results in the
+/// parts' order (so a caller that concatenates them sees what one thread would).
+pub fn on_threads<P: Sync, T: Send>(
+    parts: &[P],
+    work: &(dyn Fn(&P) -> Result<T> + Sync),
+) -> Result<Vec<T>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = parts.iter().map(|p| scope.spawn(move || work(p))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::internal("a query worker thread panicked")))
+            })
+            .collect()
+    })
+}
+
 pub fn check_label(label: &str) -> Result<()> {
     if label.is_empty() {
         return Err(Error::invalid("label must not be empty"));

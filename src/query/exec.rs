@@ -807,9 +807,14 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
     // The access path answers every condition but resolved traversal blocks (or all of
     // them): ids decide, and only the page is read.
     if let Some(desc) = by_id_only(&spec.order) {
-        if let Some((ids, examined)) =
-            ids_by_gates(kv, tenant, &spec.labels, filter, &access, answers)?
-        {
+        if let Some((ids, examined)) = ids_by_gates(
+            kv,
+            tenant,
+            &spec.labels,
+            filter,
+            &access,
+            (estimated, answers),
+        )? {
             let total = ids.len() as u64;
             explain.examined_rows = examined;
             explain.matched_rows = total;
@@ -985,7 +990,7 @@ fn ids_by_gates<R: KvRead>(
     labels: &[String],
     filter: &Filter,
     access: &Access,
-    answers: usize,
+    (estimated, answers): (u64, usize),
 ) -> Result<Option<(Vec<Uuid>, u64)>> {
     let mut conj = Vec::new();
     flatten(filter, &mut conj);
@@ -1013,35 +1018,143 @@ fn ids_by_gates<R: KvRead>(
     if !applies {
         return Ok(None);
     }
-    let mut fields = Vec::new();
-    filter.fields(&mut fields);
-    let walker = Walker::new(kv, tenant);
-    let (mut out, mut examined) = (Vec::new(), 0u64);
-    access_ids(kv, tenant, access, &mut |id| {
-        examined += 1;
+    // Some(sure) when every block reached the id (sure: with no check left), None otherwise.
+    let admit = |id: &Uuid| -> Option<bool> {
         let mut sure = true;
         for g in &gates {
-            if !g.sure.contains(&id) {
-                if !g.maybe.contains(&id) {
-                    return Ok(());
+            if !g.sure.contains(id) {
+                if !g.maybe.contains(id) {
+                    return None;
                 }
                 sure = false;
             }
         }
+        Some(sure)
+    };
+    let (candidates, examined) = match gated_index_parallel(kv, access, estimated, &admit)? {
+        Some(found) => found,
+        None => {
+            let (mut found, mut examined) = (Vec::new(), 0u64);
+            access_ids(kv, tenant, access, &mut |id| {
+                examined += 1;
+                if let Some(sure) = admit(&id) {
+                    found.push((id, sure));
+                }
+                Ok(())
+            })?;
+            (found, examined)
+        }
+    };
+    let mut fields = Vec::new();
+    filter.fields(&mut fields);
+    let walker = Walker::new(kv, tenant);
+    let mut out = Vec::with_capacity(candidates.len());
+    for (id, sure) in candidates {
         if !sure {
             let Some(v) = kv.get(&rstore::record_key(tenant, &id))? else {
-                return Ok(());
+                continue;
             };
             let r = codec::decode_record_fields(id, &v, Some(&fields))?;
             if !(labels.is_empty() || labels.contains(&r.label)) || !filter.eval(&r, &walker) {
-                return Ok(());
+                continue;
             }
         }
         out.push(id);
-        Ok(())
-    })?;
+    }
     walker.finish()?;
     Ok(Some((out, examined)))
+}
+
+/// The keys of an index access whose ids `admit` lets through, read on one thread per core
+/// over disjoint slices of each range, in key order: (id, sure) and keys examined. None when
+/// the view cannot be shared, the machine has one core, the access is not a plain index
+/// scan, or the planner counted fewer than [`ESTIMATE_CAP`] keys (`estimated`): then the
+/// caller reads them on its own thread.
+#[allow(clippy::type_complexity)]
+fn gated_index_parallel<R: KvRead>(
+    kv: &R,
+    access: &Access,
+    estimated: u64,
+    admit: &(dyn Fn(&Uuid) -> Option<bool> + Sync),
+) -> Result<Option<(Vec<(Uuid, bool)>, u64)>> {
+    let threads = crate::query::scan_threads();
+    let (Some(shared), Access::Index(ia)) = (kv.shared(), access) else {
+        return Ok(None);
+    };
+    // A value-filtered walk seeks by value runs from its range start: not split.
+    if threads < 2 || ia.test.is_some() || estimated < ESTIMATE_CAP {
+        return Ok(None);
+    }
+    let mut slices: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for (s, e) in &ia.ranges {
+        let mut ends = [None::<Vec<u8>>, None];
+        for (i, rev) in [false, true].into_iter().enumerate() {
+            shared.scan(s, e, rev, &mut |k, _| {
+                ends[i] = Some(k.to_vec());
+                Ok(false)
+            })?;
+        }
+        match &ends {
+            [Some(first), Some(last)] if first < last => {
+                let mut at = s.clone();
+                for cut in split_keys(first, last, threads) {
+                    slices.push((at, cut.clone()));
+                    at = cut;
+                }
+                slices.push((at, e.clone()));
+            }
+            _ => slices.push((s.clone(), e.clone())),
+        }
+    }
+    if slices.len() < 2 {
+        return Ok(None);
+    }
+    let parts = crate::query::on_threads(&slices, &|(s, e)| {
+        let (mut found, mut examined) = (Vec::new(), 0u64);
+        shared.scan(s, e, false, &mut |k, _| {
+            examined += 1;
+            let id = id_from_key(k)?;
+            if let Some(sure) = admit(&id) {
+                found.push((id, sure));
+            }
+            Ok(true)
+        })?;
+        Ok((found, examined))
+    })?;
+    let examined = parts.iter().map(|p| p.1).sum();
+    let mut found: Vec<(Uuid, bool)> = parts.into_iter().flat_map(|p| p.0).collect();
+    if ia.arrays {
+        // A record appears once per array element, possibly in two slices.
+        let mut seen = HashSet::new();
+        found.retain(|(id, _)| seen.insert(*id));
+    }
+    Ok(Some((found, examined)))
+}
+
+/// `n - 1` keys strictly between `first` and `last` (first < last), evenly spaced over the 8
+/// bytes after their common prefix, in order: cut points that split [first, last] into `n`
+/// slices holding about equal numbers of keys when the keys spread evenly over those bytes
+/// (record ids, which lead with their time, do).
+fn split_keys(first: &[u8], last: &[u8], n: usize) -> Vec<Vec<u8>> {
+    let common = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+    let word = |k: &[u8]| {
+        let mut b = [0u8; 8];
+        for (i, x) in k.iter().skip(common).take(8).enumerate() {
+            b[i] = *x;
+        }
+        u64::from_be_bytes(b)
+    };
+    let (a, b) = (word(first) as u128, word(last) as u128);
+    let mut cuts: Vec<Vec<u8>> = (1..n as u128)
+        .map(|i| {
+            let mut k = first[..common].to_vec();
+            k.extend_from_slice(&((a + (b - a) * i / n as u128) as u64).to_be_bytes());
+            k
+        })
+        .filter(|k| k.as_slice() > first && k.as_slice() <= last)
+        .collect();
+    cuts.dedup();
+    cuts
 }
 
 /// Reads every record of `labels` (all labels when empty) front to back through the record
@@ -1254,9 +1367,14 @@ pub fn for_each_id<R: KvRead>(
     visit: &mut dyn FnMut(Uuid) -> Result<()>,
 ) -> Result<Explain> {
     let p = plan_filter(kv, tenant, labels, filter)?;
-    if let Some((ids, examined)) =
-        ids_by_gates(kv, tenant, labels, &p.filter, &p.access, p.answers)?
-    {
+    if let Some((ids, examined)) = ids_by_gates(
+        kv,
+        tenant,
+        labels,
+        &p.filter,
+        &p.access,
+        (p.estimated, p.answers),
+    )? {
         let matched = ids.len() as u64;
         ids.into_iter().try_for_each(&mut *visit)?;
         return Ok(p.explain(examined, matched));
@@ -1370,4 +1488,41 @@ pub fn index_ends<R: KvRead>(
         Ok(false)
     })?;
     Ok((low, high))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_keys;
+
+    #[test]
+    fn split_keys_cut_inside_the_run_in_order() {
+        let first = [1, 2, 3, 0x10, 0, 0];
+        let last = [1, 2, 3, 0xf0, 9];
+        for n in 2..6 {
+            let cuts = split_keys(&first, &last, n);
+            assert_eq!(cuts.len(), n - 1);
+            let mut prev = first.to_vec();
+            for c in &cuts {
+                assert!(
+                    c.as_slice() > prev.as_slice() && c.as_slice() <= &last[..],
+                    "{cuts:?}"
+                );
+                assert_eq!(&c[..3], &[1, 2, 3]);
+                prev = c.clone();
+            }
+        }
+        // Keys a prefix apart, and equal words: the cuts still lie inside the run, ascending.
+        for (first, last) in [
+            (&[1u8, 2][..], &[1u8, 2, 0][..]),
+            (&[7], &[7, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+        ] {
+            let cuts = split_keys(first, last, 4);
+            assert!(cuts.windows(2).all(|w| w[0] < w[1]), "{cuts:?}");
+            assert!(
+                cuts.iter()
+                    .all(|c| c.as_slice() > first && c.as_slice() <= last),
+                "{cuts:?}"
+            );
+        }
+    }
 }

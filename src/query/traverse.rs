@@ -456,24 +456,9 @@ fn neighbours<R: KvRead>(kv: &R, tenant: u64, nodes: &[Uuid], f: &EdgeFilter) ->
         Some(s) if threads > 1 && nodes.len() >= PARALLEL_FRONTIER => s,
         _ => return read(kv, tenant, nodes, f),
     };
-    let parts: Vec<Result<Vec<Uuid>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = nodes
-            .chunks(nodes.len().div_ceil(threads))
-            .map(|chunk| scope.spawn(move || read(shared, tenant, chunk, f)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::internal("adjacency reader thread panicked")))
-            })
-            .collect()
-    });
-    let mut out = Vec::new();
-    for p in parts {
-        out.extend(p?);
-    }
-    Ok(out)
+    let chunks: Vec<&[Uuid]> = nodes.chunks(nodes.len().div_ceil(threads)).collect();
+    let parts = crate::query::on_threads(&chunks, &|chunk| read(shared, tenant, chunk, f))?;
+    Ok(parts.concat())
 }
 
 /// Multi-source breadth-first walk backwards from the targets.

@@ -237,22 +237,43 @@ def test_blocks_decided_from_ids_follow_the_labels_the_counters_show(api):
 
 
 def test_a_wide_block_reads_its_frontier_on_several_threads(api):
-    # 5,000 targets: the walk back reads adjacency on several threads (4,096 and more) and
-    # must give the same records as one thread would; every third customer is FR.
-    docs = [{"country": "FR" if c % 3 == 0 else "DE", "c": c, "ORDER": [{"o": 0}, {"o": 1, "big": c % 2 == 0}]}
-            for c in range(7500)]
-    r = api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": "CUSTOMER", "documents": docs,
-                                                   "options": {"relationshipType": "HAS"}}})
-    assert r.status_code == 200, r.text
-    de = [c for c in range(7500) if c % 3 != 0]
+    # 7,000 DE targets: the walk back reads adjacency on several threads (4,096 and more), and
+    # the 21,000 keys of `kind` (over the planner's 20,000-key count) are read in slices on
+    # several threads; both must give what one thread would. Every third customer is FR.
+    n = 10500
+    docs = [{"country": "FR" if c % 3 == 0 else "DE", "c": c,
+             "ORDER": [{"o": 0, "kind": "x", "tags": ["a", "b"]},
+                       {"o": 1, "kind": "x", "tags": ["b"], "big": c % 2 == 0}]}
+            for c in range(n)]
+    for i in range(0, n, 3500):
+        r = api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": "CUSTOMER",
+                                                       "documents": docs[i:i + 3500],
+                                                       "options": {"relationshipType": "HAS"}}})
+        assert r.status_code == 200, r.text
+    de = [c for c in range(n) if c % 3 != 0]
     block = {"$relation": {"type": "HAS", "direction": "in"}, "country": "DE"}
-    r = api.post("/api/v1/records/search", {"labels": ["ORDER"], "where": {"CUSTOMER": block}, "limit": 1})
-    assert r.json()["data"]["total"] == 2 * len(de)
-    r = api.post("/api/v1/records/search", {"labels": ["ORDER"], "where": {"big": True, "CUSTOMER": block}, "limit": 1})
-    assert r.json()["data"]["total"] == sum(1 for c in de if c % 2 == 0)
+
+    def total(where):
+        r = api.post("/api/v1/records/search", {"labels": ["ORDER"], "where": where, "limit": 1})
+        assert r.status_code == 200, r.text
+        return r.json()["data"]["total"]
+
+    assert total({"CUSTOMER": block}) == 2 * len(de)
+    assert total({"big": True, "CUSTOMER": block}) == sum(1 for c in de if c % 2 == 0)
+    assert total({"kind": "x", "CUSTOMER": block}) == 2 * len(de)
+    # An array property: an order is under both of its tags' keys and counts once.
+    assert total({"tags": {"$in": ["a", "b"]}, "CUSTOMER": block}) == 2 * len(de)
+    assert total({"tags": "a", "CUSTOMER": block}) == len(de)
+    r = api.post("/api/v1/records/search", {"labels": ["ORDER"], "where": {"kind": "x", "CUSTOMER": block},
+                                            "limit": 1000, "skip": 2000})
+    assert r.status_code == 200, r.text
+    page = [x["__id"] for x in r.json()["data"]["data"]]
+    assert len(page) == 1000 and page == sorted(page, reverse=True)
     r = api.protocol({"kind": "describe", "describe": {"kind": "explain", "query": {
-        "labels": ["ORDER"], "predicate": {"CUSTOMER": block}}}})
+        "labels": ["ORDER"], "predicate": {"kind": "x", "CUSTOMER": block}}}})
     plan = r.json()["response"]["plan"]
+    assert plan["access"].startswith("index point lookup on kind"), plan
+    assert plan["examinedRows"] == 2 * n, plan
     assert any(t.startswith(f"CUSTOMER: from the related side ({len(de)} targets") for t in plan["traversal"]), plan
 
 

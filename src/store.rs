@@ -239,14 +239,9 @@ impl Published {
             .map_err(|e| Error::internal(format!("set durability: {e}")))?;
             {
                 let mut table = txn.open_table(KV)?;
-                if let [one] = batches.as_slice() {
-                    let writes = one.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()));
-                    apply_in_order(&mut table, writes)?;
-                } else {
-                    // A counter every group rewrites lands once.
-                    let all = kv::newest_wins(&batches, (Bound::Unbounded, Bound::Unbounded));
-                    apply_in_order(&mut table, all.into_iter())?;
-                }
+                // A counter every group rewrites lands once.
+                let all = kv::newest_wins(&batches, (Bound::Unbounded, Bound::Unbounded));
+                apply_in_order(&mut table, all.into_iter())?;
             }
             txn.commit()?;
             Ok(())

@@ -370,17 +370,27 @@ impl Engine {
                 "a transaction stages at most {MAX_STAGED_OPS} writes; commit and start another"
             )));
         }
-        let creates = creates_of_new_ids(&open.ops, &ops);
-        if let Some(creates) = creates
-            .as_ref()
-            .filter(|cs| cs.iter().all(|p| p.mode == rec::PutMode::CreateNew))
-        {
-            // Creates under engine-generated ids read nothing: no read view is opened.
+        // Creates of new ids in a transaction of creates depend on no other staged write (the
+        // id is new to the snapshot and to the transaction): checking them alone over a fresh
+        // snapshot gives the same answer as replaying everything before them, and a create's
+        // check is only that (records::stage_create). Only a client-given id is looked up:
+        // without one, no read view is opened.
+        if let Some(creates) = creates_of_new_ids(&open.ops, &ops) {
+            let probed = creates.iter().any(|p| p.mode == rec::PutMode::Create);
+            let snap = if probed {
+                Some(self.store.snapshot()?)
+            } else {
+                None
+            };
+            let t = self.store.tenant_id(&open.tenant);
             let out = creates
-                .iter()
+                .into_iter()
                 .map(|p| {
-                    rec::stage_create_new((*p).clone(), STAGED_VERSION)
-                        .map(|r| WriteOutcome::Record(Box::new(r)))
+                    match &snap {
+                        Some(snap) => rec::stage_create(snap, t, p.clone(), STAGED_VERSION),
+                        None => rec::stage_create_new(p.clone(), STAGED_VERSION),
+                    }
+                    .map(|r| WriteOutcome::Record(Box::new(r)))
                 })
                 .collect::<Result<Vec<_>>>()?;
             open.ops.extend(ops);
@@ -398,22 +408,6 @@ impl Engine {
         }
         let n = ops.len();
         let staged = open.ops.len();
-        // Creates of new ids in a transaction of creates depend on no other staged write (the
-        // id is new to the snapshot and to the transaction): checking them alone over the
-        // fresh snapshot gives the same answer as replaying everything before them, and a
-        // create's check is only that (records::stage_create).
-        if let Some(creates) = creates {
-            let t = self.store.tenant_id(&open.tenant);
-            let out = creates
-                .into_iter()
-                .map(|p| {
-                    rec::stage_create(&snap, t, p.clone(), STAGED_VERSION)
-                        .map(|r| WriteOutcome::Record(Box::new(r)))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            open.ops.extend(ops);
-            return Ok(out);
-        }
         open.ops.extend(ops);
         let out =
             match store::staged_view(&snap, &open.tenant, open.ops.clone(), |_, _, out| Ok(out)) {

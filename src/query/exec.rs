@@ -7,7 +7,7 @@
 //! filter is re-checked on each ("residual"), except when the path alone answers it
 //! ("covered"): then `total` is a count of index keys and no record is read but the page.
 
-use super::filter::{Bound, FieldPred, Filter, Graph, IdPred, Operand, RangeOp};
+use super::filter::{Bound, FieldPred, Filter, Graph, IdPred, Operand, RangeOp, Resolved};
 use super::order::{self, OrderKey};
 use super::traverse::{self, Walker};
 use crate::error::{Error, Result};
@@ -180,6 +180,83 @@ pub(crate) fn flatten<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
         Filter::True => {}
         Filter::And(fs) => fs.iter().for_each(|f| flatten(f, out)),
         f => out.push(f),
+    }
+}
+
+/// The top-level traversal blocks of a conjunction, as gates on the root's candidates.
+struct Gates<'a> {
+    /// Blocks resolved from the related side: a candidate outside one fails the filter.
+    sets: Vec<&'a Resolved>,
+    /// Some top-level block is evaluated from each record's side.
+    unresolved: bool,
+    /// Top-level conditions that are not blocks.
+    others: usize,
+    /// No label scope.
+    unscoped: bool,
+    /// No label scope, or some block's surely-matching records all carry a label in scope.
+    implied: bool,
+}
+
+impl<'a> Gates<'a> {
+    fn of(conj: &[&'a Filter], labels: &[String]) -> Self {
+        let mut g = Gates {
+            sets: Vec::new(),
+            unresolved: false,
+            others: 0,
+            unscoped: labels.is_empty(),
+            implied: labels.is_empty(),
+        };
+        for f in conj {
+            match f {
+                Filter::Related(rel) => match &rel.resolved {
+                    Some(res) => {
+                        g.implied |= res.label.as_ref().is_some_and(|l| labels.contains(l));
+                        g.sets.push(res);
+                    }
+                    None => g.unresolved = true,
+                },
+                _ => g.others += 1,
+            }
+        }
+        g
+    }
+
+    /// Some(sure) when every resolved block reached `id` (sure: no check is left), None when
+    /// one did not (not a match).
+    fn admit(&self, id: &Uuid) -> Option<bool> {
+        let mut sure = true;
+        for g in &self.sets {
+            if !g.sure.contains(id) {
+                if !g.maybe.contains(id) {
+                    return None;
+                }
+                sure = false;
+            }
+        }
+        Some(sure)
+    }
+
+    /// Whether a key path (index or label scan) answering `answers` of the other conditions
+    /// leaves only the blocks to decide, from ids.
+    fn keys_decide(&self, answers: usize) -> bool {
+        !self.unresolved && answers == self.others
+    }
+
+    /// Whether the id set of a block decides every candidate: nothing else to check, and the
+    /// label scope known.
+    fn ids_decide(&self) -> bool {
+        !self.unresolved && self.others == 0 && self.implied
+    }
+
+    /// Whether the candidates of `access` (answering `answers` conditions) are decided from
+    /// ids (see [`ids_by_gates`]).
+    fn decide(&self, access: &Access, answers: usize) -> bool {
+        match access {
+            Access::Index(_) | Access::Labels(_) => self.keys_decide(answers),
+            // An id set chosen from a block (answers 0), not an `$id` condition.
+            Access::Ids(_) => answers == 0 && self.ids_decide(),
+            Access::All => !self.unresolved && self.others == 0 && self.unscoped,
+        }
     }
 }
 
@@ -488,28 +565,17 @@ impl<R: KvRead> Planner<'_, R> {
     fn plan(&self, conj: &[&Filter]) -> Result<(Access, u64, usize)> {
         let scan_rows = self.label_total()?;
         // Resolved blocks gate every path: a candidate outside one is skipped on its key.
-        let (mut gates, mut unresolved, mut implied) = (Vec::new(), false, self.labels.is_empty());
-        for f in conj {
-            if let Filter::Related(rel) = f {
-                match &rel.resolved {
-                    Some(res) => {
-                        gates.push(res.as_ref());
-                        implied |= res.label.as_ref().is_some_and(|l| self.labels.contains(l));
-                    }
-                    None => unresolved = true,
-                }
-            }
-        }
-        let others = conj.len() - gates.len() - usize::from(unresolved);
+        let gates = Gates::of(conj, self.labels);
         let gate_rows = gates
+            .sets
             .iter()
             .map(|g| (g.sure.len() + g.maybe.len()) as u64)
             .min();
-        let by_ids = !gates.is_empty() && !unresolved;
+        let by_ids = |answers: usize| !gates.sets.is_empty() && gates.keys_decide(answers);
         // Records read after `keys` candidate keys, for a path answering `answers` conditions.
         let cost = |keys: u64, answers: usize| -> f64 {
             let reads = match gate_rows {
-                _ if by_ids && answers == others => 0,
+                _ if by_ids(answers) => 0,
                 Some(g) => keys.min(g),
                 None => keys,
             };
@@ -518,7 +584,7 @@ impl<R: KvRead> Planner<'_, R> {
         // Keys after which a path answering `answers` conditions costs at least `best`.
         let keys_within = |best: f64, answers: usize| -> u64 {
             let keys = match gate_rows {
-                _ if by_ids && answers == others => best / KEY_COST,
+                _ if by_ids(answers) => best / KEY_COST,
                 Some(g) if best > g as f64 * (1.0 + KEY_COST) => (best - g as f64) / KEY_COST,
                 _ => best / (1.0 + KEY_COST),
             };
@@ -551,7 +617,7 @@ impl<R: KvRead> Planner<'_, R> {
                 Filter::Related(rel) => {
                     if let Some(res) = &rel.resolved {
                         let n = (res.sure.len() + res.maybe.len()) as u64;
-                        let c = if by_ids && others == 0 && implied {
+                        let c = if gates.ids_decide() {
                             n as f64 * KEY_COST
                         } else {
                             n as f64 * (1.0 + KEY_COST)
@@ -876,18 +942,8 @@ fn visit_candidates<R: KvRead>(
     // its record is read (an index scan then costs key reads, not record reads).
     let mut conj = Vec::new();
     flatten(filter, &mut conj);
-    let gates: Vec<&crate::query::filter::Resolved> = conj
-        .iter()
-        .filter_map(|f| match f {
-            Filter::Related(r) => r.resolved.as_deref(),
-            _ => None,
-        })
-        .collect();
-    let admitted = |id: &Uuid| {
-        gates
-            .iter()
-            .all(|g| g.sure.contains(id) || g.maybe.contains(id))
-    };
+    let gates = Gates::of(&conj, labels);
+    let admitted = |id: &Uuid| gates.admit(id).is_some();
     let walker = Walker::new(kv, tenant);
     let graph: &dyn Graph = &walker;
     let mut check = |r: Record| -> Result<()> {
@@ -978,9 +1034,10 @@ fn access_ids<R: KvRead>(
 
 /// The matches that the access path and the resolved traversal blocks decide from ids, for a
 /// filter that is a conjunction of conditions the access path answers exactly (`answers` of
-/// them) and of blocks resolved from the related side (none, for a covered path), when the access path also implies the
-/// label scope (an index or label scan of the scope; or, for the id set of a block, a block
-/// whose surely-matching records all carry a label in scope, known from the counters).
+/// them) and of blocks resolved from the related side (none, for a covered path), when the
+/// access path also implies the label scope (an index or label scan of the scope; or, for
+/// the id set of a block, a block whose surely-matching records all carry a label in scope,
+/// known from the counters): [`Gates::decide`].
 /// A candidate in every block's `sure` set matches without its record being read; one in a
 /// block's `maybe` set only is read and checked in full; any other is not a match.
 /// Returns (matches in access order, candidates examined), or None when the shape differs.
@@ -994,43 +1051,11 @@ fn ids_by_gates<R: KvRead>(
 ) -> Result<Option<(Vec<Uuid>, u64)>> {
     let mut conj = Vec::new();
     flatten(filter, &mut conj);
-    let mut gates = Vec::new();
-    for f in &conj {
-        if let Filter::Related(r) = f {
-            match &r.resolved {
-                Some(res) => gates.push(res.as_ref()),
-                None => return Ok(None),
-            }
-        }
-    }
-    let others = conj.len() - gates.len();
-    let scoped = |res: &&crate::query::filter::Resolved| {
-        res.label.as_ref().is_some_and(|l| labels.contains(l))
-    };
-    let applies = match access {
-        Access::Index(_) | Access::Labels(_) => answers == others,
-        // An id set chosen from a block (answers 0), not an `$id` condition.
-        Access::Ids(_) => {
-            answers == 0 && others == 0 && (labels.is_empty() || gates.iter().any(scoped))
-        }
-        Access::All => others == 0 && labels.is_empty(),
-    };
-    if !applies {
+    let gates = Gates::of(&conj, labels);
+    if !gates.decide(access, answers) {
         return Ok(None);
     }
-    // Some(sure) when every block reached the id (sure: with no check left), None otherwise.
-    let admit = |id: &Uuid| -> Option<bool> {
-        let mut sure = true;
-        for g in &gates {
-            if !g.sure.contains(id) {
-                if !g.maybe.contains(id) {
-                    return None;
-                }
-                sure = false;
-            }
-        }
-        Some(sure)
-    };
+    let admit = |id: &Uuid| gates.admit(id);
     let (candidates, examined) = match gated_index_parallel(kv, access, estimated, &admit)? {
         Some(found) => found,
         None => {

@@ -325,23 +325,26 @@ impl<'a, R: KvRead> Costs<'a, R> {
         Ok(self.counts.as_deref().unwrap_or_default())
     }
 
-    /// Relationships of the block's types and direction from a record of `from` to one of
-    /// `to` (None: any label), summed over `from`.
-    fn edges_between(&mut self, from: &[String], rel: &Related, to: Option<&str>) -> Result<u64> {
+    /// Relationships of the block's types whose (current record's label, related record's
+    /// label), seen in the block's direction, `pair` admits.
+    fn counted(&mut self, rel: &Related, pair: &dyn Fn(&str, &str) -> bool) -> Result<u64> {
         let typed = |t: &String| rel.edges.types.is_empty() || rel.edges.types.contains(t);
         let out = rel.edges.dir != Some(crate::model::Direction::In);
         let inn = rel.edges.dir != Some(crate::model::Direction::Out);
-        let other = |l: &String| to.is_none_or(|t| t == l);
         Ok(self
             .counts()?
             .iter()
-            .filter(|(s, ty, t, _)| {
-                typed(ty)
-                    && ((out && from.contains(s) && other(t))
-                        || (inn && from.contains(t) && other(s)))
-            })
+            .filter(|(s, ty, t, _)| typed(ty) && ((out && pair(s, t)) || (inn && pair(t, s))))
             .map(|c| c.3)
             .sum())
+    }
+
+    /// Relationships of the block's types and direction from a record of `from` to one of
+    /// `to` (None: any label), summed over `from`.
+    fn edges_between(&mut self, from: &[String], rel: &Related, to: Option<&str>) -> Result<u64> {
+        self.counted(rel, &|a, b| {
+            from.iter().any(|f| f == a) && to.is_none_or(|t| t == b)
+        })
     }
 
     /// Descents to check one record of `from` against the block from its own side: its
@@ -407,24 +410,21 @@ impl<'a, R: KvRead> Costs<'a, R> {
         if rel.hops != (1, 1) {
             return Ok(None);
         }
-        let typed = |ty: &String| rel.edges.types.is_empty() || rel.edges.types.contains(ty);
-        // The block's direction is seen from the reached record: `Out` means reached -> target.
-        let out = rel.edges.dir != Some(crate::model::Direction::In);
-        let inn = rel.edges.dir != Some(crate::model::Direction::Out);
-        let mut found: HashSet<&String> = HashSet::new();
-        for (s, ty, tl, n) in self.counts()? {
-            if *n == 0 || !typed(ty) {
-                continue;
-            }
-            if out && *tl == t {
-                found.insert(s);
-            }
-            if inn && *s == t {
-                found.insert(tl);
+        // The reached record is the block's current record: labels with relationships of the
+        // block's types and direction to a record of the target label.
+        let labels: HashSet<String> = self
+            .counts()?
+            .iter()
+            .flat_map(|(s, _, t, _)| [s.clone(), t.clone()])
+            .collect();
+        let mut found = Vec::new();
+        for l in labels {
+            if self.counted(rel, &|a, b| a == l && b == t)? > 0 {
+                found.push(l);
             }
         }
-        Ok(match found.into_iter().collect::<Vec<_>>().as_slice() {
-            [one] => Some((*one).clone()),
+        Ok(match found.as_slice() {
+            [_] => found.pop(),
             _ => None,
         })
     }

@@ -161,12 +161,10 @@ impl KvRead for Snapshot {
         if self.mem.is_empty() {
             return scan_table(&self.table, start, end, reverse, visit);
         }
-        let pending = newest_wins(&self.mem, (Bound::Included(start), Bound::Excluded(end)));
-        let pending: Vec<(&[u8], Option<&[u8]>)> = if reverse {
-            pending.into_iter().rev().collect()
-        } else {
-            pending.into_iter().collect()
-        };
+        let mut pending = newest_wins(&self.mem, (Bound::Included(start), Bound::Excluded(end)));
+        if reverse {
+            pending.reverse();
+        }
         merge_scan(&pending, reverse, visit, &mut |v| {
             scan_table(&self.table, start, end, reverse, v)
         })

@@ -84,6 +84,14 @@ pub fn newest_wins<'a>(
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     type Run<'a> = std::collections::btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>;
+    if let [one] = batches {
+        // One sorted run: nothing to merge.
+        return one
+            .writes
+            .range::<[u8], _>(range)
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .collect();
+    }
     let mut runs: Vec<Run<'a>> = batches
         .iter()
         .map(|b| b.writes.range::<[u8], _>(range))
@@ -346,6 +354,9 @@ mod tests {
             (Bound::Included(&[2][..]), Bound::Excluded(&[4][..])),
         );
         assert_eq!(some, want[1..3].to_vec());
+        let first = newest_wins(&batches[..1], (Bound::Excluded(&[1][..]), Bound::Unbounded));
+        let want: Vec<(&[u8], Option<&[u8]>)> = vec![(&[2], Some(&[1])), (&[4], Some(&[1]))];
+        assert_eq!(first, want);
     }
 
     #[test]

@@ -7,10 +7,15 @@ use crate::config::Limits;
 use crate::engine::{Engine, Envelope, Transport};
 use crate::error::{Error, ErrorCode};
 use crate::protocol::{self, render, Operation, PROTOCOL_VERSION};
+use connection::{Driven, StreamInbox, Unvectored};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{metadata::MetadataMap, Request, Response, Status, Streaming};
+
+mod connection;
 
 pub mod pb {
     tonic::include_proto!("engine.v1");
@@ -163,7 +168,9 @@ impl EngineService for GrpcEngine {
     }
 }
 
-/// The gRPC router: the engine service, the standard health service, and reflection.
+/// The gRPC listener: the engine service, the standard health service and reflection, each
+/// accepted connection served on one task (see `connection`). Stops accepting when
+/// `shutdown` resolves, then lets every connection finish its calls (HTTP/2 GOAWAY).
 pub async fn serve(
     engine: Arc<Engine>,
     limits: &Limits,
@@ -188,21 +195,115 @@ pub async fn serve(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .map_err(|e| format!("gRPC reflection: {e}"))?;
-    tonic::transport::Server::builder()
-        .add_service(health)
+    let routes = tonic::service::Routes::new(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(
-            // No Nagle delay: small answers must not wait for the client's delayed ACK.
-            tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
-                if let Ok(s) = &s {
-                    let _ = s.set_nodelay(true);
+        .prepare();
+    let handler = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let deadline = deadline(req.headers());
+        let call = tonic::codegen::Service::call(&mut routes.clone(), req);
+        async move {
+            let Some(d) = deadline else { return call.await };
+            match tokio::time::timeout(d, call).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    Ok(Status::deadline_exceeded("the call's grpc-timeout expired").into_http())
                 }
-                s
-            }),
-            shutdown,
-        )
-        .await
-        .map_err(|e| format!("gRPC server: {e}"))
+            }
+        }
+    });
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(c) => c,
+                    Err(e) => {
+                        crate::log::warn(&format!("gRPC accept failed: {e}"));
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                // No Nagle delay: small answers must not wait for the client's delayed ACK.
+                let _ = stream.set_nodelay(true);
+                let inbox = StreamInbox::default();
+                let conn = http2_builder(inbox.clone())
+                    .serve_connection(Unvectored(TokioIo::new(stream)), handler.clone());
+                let mut stop = stop_rx.clone();
+                tokio::spawn(async move {
+                    let mut driven = Driven::new(conn, inbox);
+                    tokio::select! {
+                        _ = &mut driven => return,
+                        _ = stop.wait_for(|s| *s) => {}
+                    }
+                    driven.conn().graceful_shutdown();
+                    let _ = driven.await;
+                    drop(stop); // the listener waits for every connection's receiver
+                });
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    drop(stop_rx);
+    let _ = stop_tx.send(true);
+    stop_tx.closed().await;
+    Ok(())
+}
+
+/// HTTP/2 settings of a gRPC connection: hyper's defaults (200 concurrent streams per
+/// connection, 16 KiB of headers), streams run by the connection's own task.
+fn http2_builder(inbox: StreamInbox) -> hyper::server::conn::http2::Builder<StreamInbox> {
+    let mut b = hyper::server::conn::http2::Builder::new(inbox);
+    b.timer(hyper_util::rt::TokioTimer::new());
+    b
+}
+
+/// The call's `grpc-timeout` (gRPC over HTTP/2: up to 8 digits and a unit of H, M, S, m, u
+/// or n). An unreadable value is ignored, as tonic's own server does.
+fn deadline(headers: &hyper::HeaderMap) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let v = headers.get("grpc-timeout")?.to_str().ok()?;
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deadline;
+    use std::time::Duration;
+
+    #[test]
+    fn grpc_timeout_units() {
+        let of = |v: &str| {
+            let mut h = hyper::HeaderMap::new();
+            h.insert("grpc-timeout", v.parse().unwrap());
+            deadline(&h)
+        };
+        assert_eq!(of("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(of("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(of("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(of("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(of("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(of("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        assert_eq!(of("123456789S"), None, "more than 8 digits");
+        assert_eq!(of("10x"), None);
+        assert_eq!(of("S"), None);
+        assert_eq!(of("-1S"), None);
+    }
 }

@@ -179,6 +179,58 @@ impl KvRead for Snapshot {
     }
 }
 
+/// A view that allows `budget` key reads (a get, or a key a scan visits) and fails every read
+/// after that. Lets a caller try work on the calling thread and hand it elsewhere once it
+/// proves large. Invariant: a result computed while [`Budgeted::exceeded`] is false saw every
+/// read answered by `inner`; once it is true the result must be discarded, even an `Ok` one
+/// (a caller may have dropped a failed read).
+pub struct Budgeted<'a, R: ?Sized> {
+    inner: &'a R,
+    left: std::cell::Cell<u32>,
+    exceeded: std::cell::Cell<bool>,
+}
+
+impl<'a, R: KvRead + ?Sized> Budgeted<'a, R> {
+    pub fn new(inner: &'a R, budget: u32) -> Self {
+        Budgeted {
+            inner,
+            left: std::cell::Cell::new(budget),
+            exceeded: std::cell::Cell::new(false),
+        }
+    }
+
+    pub fn exceeded(&self) -> bool {
+        self.exceeded.get()
+    }
+
+    fn spend(&self) -> Result<()> {
+        match self.left.get() {
+            0 => {
+                self.exceeded.set(true);
+                Err(crate::error::Error::internal("read budget exceeded"))
+            }
+            n => {
+                self.left.set(n - 1);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<R: KvRead + ?Sized> KvRead for Budgeted<'_, R> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.spend()?;
+        self.inner.get(key)
+    }
+    fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        self.spend()?; // the descent, even when the range is empty
+        self.inner.scan(start, end, reverse, &mut |k, v| {
+            self.spend()?;
+            visit(k, v)
+        })
+    }
+}
+
 impl KvRead for redb::Table<'_, &'static [u8], &'static [u8]> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(ReadableTable::get(self, key)?.map(|g| g.value().to_vec()))
@@ -323,6 +375,34 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_budgeted_view_answers_until_its_reads_run_out() {
+        let m = Mem((0u8..10).map(|i| (vec![i], vec![i])).collect());
+        let view = Budgeted::new(&m, 5);
+        assert_eq!(view.get(&[3]).unwrap(), Some(vec![3])); // 1 read
+        let mut seen = Vec::new();
+        view.scan(&[0], &[3], false, &mut |k, _| {
+            seen.push(k[0]);
+            Ok(true)
+        })
+        .unwrap(); // the descent and 3 keys: 4 reads, none left
+        assert_eq!(seen, [0, 1, 2]);
+        assert!(!view.exceeded());
+        assert!(view.get(&[1]).is_err());
+        assert!(view.exceeded());
+
+        // A scan that outruns the budget fails mid-way; a caller that drops the error still
+        // sees `exceeded`.
+        let view = Budgeted::new(&m, 4);
+        let mut n = 0;
+        let _ = view.scan_prefix(&[], false, &mut |_, _| {
+            n += 1;
+            Ok(true)
+        });
+        assert_eq!(n, 3);
+        assert!(view.exceeded());
     }
 
     #[test]

@@ -4,3 +4,47 @@
 
 pub mod grpc;
 pub mod http;
+
+use crate::error::{Error, Result};
+
+/// Rejects JSON nested deeper than `max` before parsing (a bounded scan, no recursion).
+pub(crate) fn check_depth(body: &[u8], max: usize) -> Result<()> {
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    for &b in body {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(Error::invalid(format!(
+                        "JSON is nested deeper than {max} levels"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_depth;
+
+    #[test]
+    fn depth_check_ignores_brackets_in_strings() {
+        assert!(check_depth(br#"{"a": "[[[[[[[[[[[[["}"#, 2).is_ok());
+        assert!(check_depth(br#"{"a": [[1]]}"#, 2).is_err());
+        assert!(check_depth(br#"{"a": "\"[[[", "b": [1]}"#, 2).is_ok());
+    }
+}

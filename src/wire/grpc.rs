@@ -30,6 +30,52 @@ pub const STREAM_BATCH: usize = 1000;
 
 pub struct GrpcEngine {
     engine: Arc<Engine>,
+    /// `limits.max_json_depth`, checked on `operation_json` before it is parsed.
+    max_depth: usize,
+    /// `limits.request_timeout_ms`: the time one `Execute`, one `ExecuteStream` query or one
+    /// `Ingest` batch may take, as one HTTP request may.
+    budget: std::time::Duration,
+}
+
+impl GrpcEngine {
+    /// Decodes a gRPC envelope into the engine's, exactly as `/protocol/v1/execute` does.
+    fn envelope(&self, md: &MetadataMap, env: pb::Envelope) -> Result<Envelope, Error> {
+        protocol::check_version(Some(env.protocol_version as i64), &env.protocol_version)?;
+        crate::wire::check_depth(env.operation_json.as_bytes(), self.max_depth)
+            .map_err(|e| Error::invalid(format!("operation_json: {}", e.message)))?;
+        let op: serde_json::Value = serde_json::from_str(&env.operation_json)
+            .map_err(|e| Error::invalid(format!("operation_json: malformed JSON: {e}")))?;
+        let operation: Operation = protocol::decode(op, "operation")?;
+        Ok(Envelope {
+            credential: bearer(md),
+            tenant_header: md
+                .get("x-service-tenant")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+            scope: env.context.map(|c| c.scope),
+            transport: Transport::Grpc,
+            transaction: None,
+            operation,
+        })
+    }
+
+    /// `work` within the request time budget (the engine's `timeout` error past it).
+    async fn within<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(self.budget, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "request exceeded its {} ms time budget",
+                        self.budget.as_millis()
+                    ),
+                ))
+            })
+    }
 }
 
 /// The gRPC status for an engine error: the code from the one table, the message as is, and
@@ -62,33 +108,17 @@ fn bearer(md: &MetadataMap) -> Option<String> {
     Some(t.trim().to_string())
 }
 
-/// Decodes a gRPC envelope into the engine's, exactly as `/protocol/v1/execute` does.
-fn envelope(md: &MetadataMap, env: pb::Envelope) -> Result<Envelope, Error> {
-    protocol::check_version(Some(env.protocol_version as i64), &env.protocol_version)?;
-    let op: serde_json::Value = serde_json::from_str(&env.operation_json)
-        .map_err(|e| Error::invalid(format!("operation_json: malformed JSON: {e}")))?;
-    let operation: Operation = protocol::decode(op, "operation")?;
-    Ok(Envelope {
-        credential: bearer(md),
-        tenant_header: md
-            .get("x-service-tenant")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        scope: env.context.map(|c| c.scope),
-        transport: Transport::Grpc,
-        transaction: None,
-        operation,
-    })
-}
-
 type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::RecordBatch, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl EngineService for GrpcEngine {
     async fn execute(&self, req: Request<pb::Envelope>) -> Result<Response<pb::Response>, Status> {
         let (md, _, env) = req.into_parts();
-        let env = envelope(&md, env).map_err(|e| status(&e))?;
-        let outcome = self.engine.execute(env).await.map_err(|e| status(&e))?;
+        let env = self.envelope(&md, env).map_err(|e| status(&e))?;
+        let outcome = self
+            .within(self.engine.execute(env))
+            .await
+            .map_err(|e| status(&e))?;
         Ok(Response::new(pb::Response {
             protocol_version: PROTOCOL_VERSION as u32,
             response_json: render::response_text(&outcome),
@@ -102,8 +132,11 @@ impl EngineService for GrpcEngine {
         req: Request<pb::Envelope>,
     ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
         let (md, _, env) = req.into_parts();
-        let env = envelope(&md, env).map_err(|e| status(&e))?;
-        let (records, total) = self.engine.query_all(env).await.map_err(|e| status(&e))?;
+        let env = self.envelope(&md, env).map_err(|e| status(&e))?;
+        let (records, total) = self
+            .within(self.engine.query_all(env))
+            .await
+            .map_err(|e| status(&e))?;
         let mut batches: Vec<pb::RecordBatch> = records
             .chunks(STREAM_BATCH)
             .map(|c| pb::RecordBatch {
@@ -129,7 +162,7 @@ impl EngineService for GrpcEngine {
         let (md, _, mut stream) = req.into_parts();
         let mut sum = pb::IngestSummary::default();
         while let Some(env) = stream.next().await {
-            let env = envelope(&md, env?).map_err(|e| status(&e))?;
+            let env = self.envelope(&md, env?).map_err(|e| status(&e))?;
             if !matches!(env.operation, Operation::Ingest(_)) {
                 return Err(status(&Error::invalid(format!(
                     "Ingest takes `ingest` operations; batch {} is {}",
@@ -138,7 +171,7 @@ impl EngineService for GrpcEngine {
                 ))));
             }
             // Each batch is one durable commit before the next is read.
-            match self.engine.execute(env).await {
+            match self.within(self.engine.execute(env)).await {
                 Ok(crate::engine::Outcome::Ingested {
                     count,
                     relationships,
@@ -178,9 +211,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let max = limits.max_body_bytes.min(usize::MAX as u64) as usize;
-    let service = EngineServer::new(GrpcEngine { engine })
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
+    let service = EngineServer::new(GrpcEngine {
+        engine,
+        max_depth: limits.max_json_depth,
+        budget: std::time::Duration::from_millis(limits.request_timeout_ms),
+    })
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max);
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<EngineServer<GrpcEngine>>().await;
     // Reflection in both versions clients ask for (grpcurl: v1; grpcio-reflection: v1alpha).
@@ -207,9 +244,11 @@ pub async fn serve(
             let Some(d) = deadline else { return call.await };
             match tokio::time::timeout(d, call).await {
                 Ok(answer) => answer,
-                Err(_) => {
-                    Ok(Status::deadline_exceeded("the call's grpc-timeout expired").into_http())
-                }
+                Err(_) => Ok(status(&Error::new(
+                    ErrorCode::Timeout,
+                    format!("the call's grpc-timeout of {} ms expired", d.as_millis()),
+                ))
+                .into_http()),
             }
         }
     });

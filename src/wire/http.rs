@@ -136,36 +136,6 @@ impl RequestMeta {
     }
 }
 
-/// Rejects JSON nested deeper than `max` before parsing (a bounded scan, no recursion).
-pub(crate) fn check_depth(body: &[u8], max: usize) -> Result<()> {
-    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
-    for &b in body {
-        if in_str {
-            match (esc, b) {
-                (true, _) => esc = false,
-                (false, b'\\') => esc = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_str = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return Err(Error::invalid(format!(
-                        "JSON body is nested deeper than {max} levels"
-                    )));
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 /// Reads the whole body within the size cap (413 above it, checked on `Content-Length`
 /// before reading and while reading). Every request's body is read before routing, so a
 /// response that refuses the request early still leaves the connection reusable.
@@ -207,7 +177,7 @@ pub(crate) fn parse_json(body: &Bytes, limits: &Limits) -> Result<Value> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
-    check_depth(body, limits.max_json_depth)?;
+    super::check_depth(body, limits.max_json_depth)?;
     match serde_json::from_slice(body) {
         Ok(v @ Value::Object(_)) => Ok(v),
         Ok(_) => Err(Error::invalid("body must be a JSON object")),
@@ -223,6 +193,7 @@ pub async fn handle(
     let start = Instant::now();
     let method = method_name(req.method());
     let timeout = Duration::from_millis(state.limits.request_timeout_ms);
+    let protocol_path = req.uri().path().starts_with("/protocol/");
     let work = async {
         let (parts, body) = req.into_parts();
         match read_body(&parts.headers, body, &state.limits).await {
@@ -233,16 +204,22 @@ pub async fn handle(
     };
     let (route, resp) = match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
-        Err(_) => (
-            "timeout",
-            rest_error(&Error::new(
+        Err(_) => {
+            let e = Error::new(
                 ErrorCode::Timeout,
                 format!(
                     "request exceeded its {} ms time budget",
                     timeout.as_millis()
                 ),
-            )),
-        ),
+            );
+            // Each path answers in its own error envelope.
+            let resp = if protocol_path {
+                protocol_error(&e)
+            } else {
+                rest_error(&e)
+            };
+            ("timeout", resp)
+        }
     };
     let mut resp = resp;
     if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -367,16 +344,4 @@ async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpRespons
     }
     .await;
     result.unwrap_or_else(|e| protocol_error(&e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn depth_check_ignores_brackets_in_strings() {
-        assert!(check_depth(br#"{"a": "[[[[[[[[[[[[["}"#, 2).is_ok());
-        assert!(check_depth(br#"{"a": [[1]]}"#, 2).is_err());
-        assert!(check_depth(br#"{"a": "\"[[[", "b": [1]}"#, 2).is_ok());
-    }
 }

@@ -238,3 +238,31 @@ def test_a_stalled_stream_does_not_hold_up_calls_on_its_connection(module_engine
     for batch in stream:
         seen.extend(json.loads(r)["properties"]["i"] for r in batch.records_json)
     assert seen == list(range(20_000))
+
+
+def test_limits_apply_over_grpc_as_over_http(engine_factory, pb, tmp_path):
+    """The JSON nesting cap and the request time budget (docs/security.md, "Request limits")
+    hold for gRPC calls: INVALID_ARGUMENT before parsing, and DEADLINE_EXCEEDED with the
+    engine's `timeout` code where HTTP answers 408."""
+    e = engine_factory.start()
+    s = stub(e, pb)
+    deep = '{"kind": "query", "query": {"kind": "records", "query": {"where": ' + '{"a": ' * 70 + "1" + "}" * 70 + "}}}"
+    code, details, ec = error_of(lambda: s.Execute(pb[0].Envelope(protocol_version=1, operation_json=deep), metadata=meta()))
+    assert (code, ec) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument") and "nested deeper than 64" in details
+    label = unique("BUDGET")
+    for start in range(0, 60_000, 10_000):
+        run(s, pb, {"kind": "ingest", "ingest": {"kind": "documents", "label": label,
+                                                 "documents": [{"s": "v%06d" % i} for i in range(start, start + 10_000)]}})
+    e.stop()
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text("schema_version = 1\n[limits]\nrequest_timeout_ms = 5\n")
+    e.extra_args = ["--config", str(cfg)]
+    e.start(wait_ready=False)
+    s = stub(e, pb)
+    scan = {"kind": "query", "query": {"kind": "records", "query": {"labels": [label], "predicate": {"s": {"$contains": "zz"}}}}}
+    code, details, ec = error_of(lambda: s.Execute(env(pb, scan), metadata=meta(), timeout=60))
+    assert (code, ec) == (grpc.StatusCode.DEADLINE_EXCEEDED, "timeout") and "5 ms time budget" in details
+    r = e.client().post("/protocol/v1/execute", json={"protocolVersion": 1, "operation": scan})
+    assert r.status_code == 408 and r.json()["error"]["code"] == "timeout"
+    r = e.client().post("/api/v1/records/search", json={"labels": [label], "where": {"s": {"$contains": "zz"}}})
+    assert r.status_code == 408 and r.json()["success"] is False, r.text

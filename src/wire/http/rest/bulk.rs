@@ -7,7 +7,8 @@ use crate::error::{Error, Result};
 use crate::protocol::{
     DocQuery, IngestCsv, IngestDocuments, IngestOp, Operation, QueryOp, WriteOptions,
 };
-use crate::wire::http::{check_depth, HttpResponse, HttpState, RequestMeta};
+use crate::wire::check_depth;
+use crate::wire::http::{HttpResponse, HttpState, RequestMeta};
 use bytes::Bytes;
 use hyper::Request;
 use serde::Deserialize;

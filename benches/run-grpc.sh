@@ -17,6 +17,9 @@
 #   WARMUP [3]          seconds of unrecorded warm-up per cell before round 1 (0 = none)
 #   RECORDS [10000]     records preloaded (label BENCH, properties n = 0..RECORDS-1, payload)
 #   LOADGEN_CPU [0]     CPU the load client is pinned to with taskset
+#   SERVER_CPUS []      CPUs the servers (engine, null HTTP, null gRPC) are pinned to with
+#                       taskset (for example 1: client and server each on a core of its own);
+#                       empty leaves them unpinned, sharing LOADGEN_CPU with the client
 #   ENGINE_PORT [18181] ENGINE_GRPC_PORT [18183] NULL_PORT [18182] NULL_GRPC_PORT [18184]
 #   BENCH_DIR [mktemp under /var/tmp]  engine data directory
 #   RESULTS_DIR [bench-results/grpc-DATE under the repo]
@@ -26,7 +29,7 @@
 # Cells per round: engine-grpc and engine-http for `get` (query record by id) and `search`
 # (query records, labels BENCH, predicate {n: K}, limit 10), null-grpc and null-http for `get`.
 # Which protocol goes first alternates by round. The load client is pinned to LOADGEN_CPU;
-# the servers are not pinned.
+# the servers to SERVER_CPUS when set.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,6 +42,7 @@ GRPC_CONNECTIONS=${GRPC_CONNECTIONS:-4}
 WARMUP=${WARMUP:-3}
 RECORDS=${RECORDS:-10000}
 LOADGEN_CPU=${LOADGEN_CPU:-0}
+SERVER_CPUS=${SERVER_CPUS:-}
 ENGINE_PORT=${ENGINE_PORT:-18181}
 ENGINE_GRPC_PORT=${ENGINE_GRPC_PORT:-18183}
 NULL_PORT=${NULL_PORT:-18182}
@@ -222,13 +226,20 @@ main() {
     echo "kernel: $(uname -srm)"; echo "nproc: $(nproc)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
     echo "engine: $("$ENGINE_BIN" version 2>/dev/null || true)"
-    echo "rounds=$ROUNDS duration=$DURATION conc=$CONC grpc_connections=$GRPC_CONNECTIONS warmup=$WARMUP records=$RECORDS loadgen_cpu=$LOADGEN_CPU"
+    echo "rounds=$ROUNDS duration=$DURATION conc=$CONC grpc_connections=$GRPC_CONNECTIONS warmup=$WARMUP records=$RECORDS loadgen_cpu=$LOADGEN_CPU server_cpus=${SERVER_CPUS:-unpinned}"
   } >"$RESULTS_DIR/machine.txt"
 
   start_engine
   wait_grpc "$RESULTS_DIR/engine.stdout" "$ENGINE_PID" engine
   start_null
   start_null_grpc
+  if [ -n "$SERVER_CPUS" ]; then
+    local p
+    for p in "$ENGINE_PID" "$NULL_PID" "$NULL_GRPC_PID"; do
+      taskset -a -pc "$SERVER_CPUS" "$p" >/dev/null || die "taskset -pc $SERVER_CPUS $p failed"
+    done
+    log "servers pinned to CPUs $SERVER_CPUS"
+  fi
   setup_data
 
   if [ "$WARMUP" -gt 0 ]; then

@@ -207,7 +207,11 @@ impl<'a, R: KvRead + ?Sized> Budgeted<'a, R> {
         match self.left.get() {
             0 => {
                 self.exceeded.set(true);
-                Err(crate::error::Error::internal("read budget exceeded"))
+                // Not `Error::internal`: running out is expected and is not logged.
+                Err(crate::error::Error::new(
+                    crate::error::ErrorCode::Internal,
+                    "read budget exceeded",
+                ))
             }
             n => {
                 self.left.set(n - 1);

@@ -180,16 +180,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
     tokio::pin!(signal);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(c) => c,
-                    Err(e) => {
-                        crate::log::warn(&format!("accept failed: {e}"));
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
+            stream = crate::wire::accept(&listener, "HTTP") => {
                 let state = state.clone();
                 let conn = builder.serve_connection(
                     TokioIo::new(stream),

@@ -7,6 +7,24 @@ pub mod http;
 
 use crate::error::{Error, Result};
 
+/// The next connection on `listener`, with Nagle off (small answers must not wait for the
+/// client's delayed ACK). A failed accept (out of descriptors, a connection reset before it
+/// was taken) is logged and retried after 50 ms; it never ends the listener.
+pub async fn accept(listener: &tokio::net::TcpListener, what: &str) -> tokio::net::TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                return stream;
+            }
+            Err(e) => {
+                crate::log::warn(&format!("{what} accept failed: {e}"));
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// Rejects JSON nested deeper than `max` before parsing (a bounded scan, no recursion).
 pub(crate) fn check_depth(body: &[u8], max: usize) -> Result<()> {
     let (mut depth, mut in_str, mut esc) = (0usize, false, false);

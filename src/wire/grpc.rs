@@ -257,17 +257,7 @@ pub async fn serve(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(c) => c,
-                    Err(e) => {
-                        crate::log::warn(&format!("gRPC accept failed: {e}"));
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                // No Nagle delay: small answers must not wait for the client's delayed ACK.
-                let _ = stream.set_nodelay(true);
+            stream = crate::wire::accept(&listener, "gRPC") => {
                 let inbox = StreamInbox::default();
                 let conn = http2_builder(inbox.clone())
                     .serve_connection(Unvectored(TokioIo::new(stream)), handler.clone());

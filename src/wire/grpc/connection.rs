@@ -12,8 +12,10 @@
 //! Invariants:
 //! - a stream future is only ever polled on its connection's task, so the answers of every
 //!   stream that finished in one turn go out in one flush;
-//! - work that blocks (searches, scans) leaves the task through the engine's blocking pool,
-//!   so one connection's slow call does not hold up its other streams;
+//! - work that may take long (a search past its inline read budget, scans, a write queued
+//!   behind others) waits off the task (the blocking pool, the writer), so one connection's
+//!   slow call does not hold up its other streams; what runs on the task is bounded (a point
+//!   read, a search of at most 256 key reads, a commit that found the store idle);
 //! - when the connection ends, its unfinished streams are dropped, as hyper drops an
 //!   HTTP/1.1 request future whose connection closed.
 

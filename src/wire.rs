@@ -25,6 +25,15 @@ pub async fn accept(listener: &tokio::net::TcpListener, what: &str) -> tokio::ne
     }
 }
 
+/// The error of a request that ran past its time budget (`limits.request_timeout_ms`), the
+/// same on every front-end.
+pub fn over_budget(budget: std::time::Duration) -> Error {
+    Error::new(
+        crate::error::ErrorCode::Timeout,
+        format!("request exceeded its {} ms time budget", budget.as_millis()),
+    )
+}
+
 /// Rejects JSON nested deeper than `max` before parsing (a bounded scan, no recursion).
 pub(crate) fn check_depth(body: &[u8], max: usize) -> Result<()> {
     let (mut depth, mut in_str, mut esc) = (0usize, false, false);

@@ -524,7 +524,7 @@ impl RelSpec {
             rstore::get_record(kv, t, id)?
         };
         let res = rec.map(|r| {
-            let ok = (labels.is_empty() || labels.contains(&r.label)) && f.eval(&r, w);
+            let ok = exec::matches(labels, f, w, &r);
             (ok, r.label)
         });
         w.finish()?;

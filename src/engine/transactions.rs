@@ -377,20 +377,16 @@ impl Engine {
         // without one, no read view is opened.
         if let Some(creates) = creates_of_new_ids(&open.ops, &ops) {
             let probed = creates.iter().any(|p| p.mode == rec::PutMode::Create);
-            let snap = if probed {
-                Some(self.store.snapshot()?)
-            } else {
-                None
+            let view = match probed {
+                true => Some((self.store.snapshot()?, self.store.tenant_id(&open.tenant))),
+                false => None,
             };
-            let t = self.store.tenant_id(&open.tenant);
             let out = creates
                 .into_iter()
                 .map(|p| {
-                    match &snap {
-                        Some(snap) => rec::stage_create(snap, t, p.clone(), STAGED_VERSION),
-                        None => rec::stage_create_new(p.clone(), STAGED_VERSION),
-                    }
-                    .map(|r| WriteOutcome::Record(Box::new(r)))
+                    let view = view.as_ref().map(|(snap, t)| (snap, *t));
+                    rec::stage_create(view, p.clone(), STAGED_VERSION)
+                        .map(|r| WriteOutcome::Record(Box::new(r)))
                 })
                 .collect::<Result<Vec<_>>>()?;
             open.ops.extend(ops);

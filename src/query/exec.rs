@@ -546,17 +546,7 @@ impl<R: KvRead> Planner<'_, R> {
     }
 
     fn label_total(&self) -> Result<u64> {
-        if self.labels.is_empty() {
-            return Ok(rstore::label_counts(self.kv, self.tenant)?
-                .iter()
-                .map(|(_, c)| c)
-                .sum());
-        }
-        let mut t = 0;
-        for l in self.labels {
-            t += rstore::label_count(self.kv, self.tenant, l)?;
-        }
-        Ok(t)
+        rstore::labels_count(self.kv, self.tenant, self.labels)
     }
 
     /// Chooses the access path by estimated cost: (path, estimated rows, conjuncts it
@@ -779,6 +769,11 @@ fn plan_filter<'f, R: KvRead>(
     })
 }
 
+/// Whether `r` is a match: under one of `labels` (any label when empty) and passing `filter`.
+pub fn matches(labels: &[String], filter: &Filter, graph: &dyn Graph, r: &Record) -> bool {
+    (labels.is_empty() || labels.contains(&r.label)) && filter.eval(r, graph)
+}
+
 /// Runs a search on one tenant's keyspace.
 pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<SearchOutput> {
     let Planned {
@@ -948,7 +943,7 @@ fn visit_candidates<R: KvRead>(
     let graph: &dyn Graph = &walker;
     let mut check = |r: Record| -> Result<()> {
         examined += 1;
-        if (labels.is_empty() || labels.contains(&r.label)) && filter.eval(&r, graph) {
+        if matches(labels, filter, graph, &r) {
             total += 1;
             visit(r)?;
         }
@@ -1080,7 +1075,7 @@ fn ids_by_gates<R: KvRead>(
                 continue;
             };
             let r = codec::decode_record_fields(id, &v, Some(&fields))?;
-            if !(labels.is_empty() || labels.contains(&r.label)) || !filter.eval(&r, &walker) {
+            if !matches(labels, filter, &walker, &r) {
                 continue;
             }
         }
@@ -1112,17 +1107,10 @@ fn gated_index_parallel<R: KvRead>(
     }
     let mut slices: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for (s, e) in &ia.ranges {
-        let mut ends = [None::<Vec<u8>>, None];
-        for (i, rev) in [false, true].into_iter().enumerate() {
-            shared.scan(s, e, rev, &mut |k, _| {
-                ends[i] = Some(k.to_vec());
-                Ok(false)
-            })?;
-        }
-        match &ends {
-            [Some(first), Some(last)] if first < last => {
+        match crate::store::kv::range_ends(shared, s, e)? {
+            Some((first, last)) if first < last => {
                 let mut at = s.clone();
-                for cut in split_keys(first, last, threads) {
+                for cut in split_keys(&first, &last, threads) {
                     slices.push((at, cut.clone()));
                     at = cut;
                 }
@@ -1198,16 +1186,13 @@ pub fn scan_fields_parallel<R: KvRead + Sync, S: Send>(
 ) -> Result<Vec<S>> {
     let prefix = Key::tenant(tenant, keys::RECORD).0;
     let end = keys::prefix_end(&prefix);
-    let mut ends = [None::<u128>; 2];
-    for (i, rev) in [false, true].into_iter().enumerate() {
-        kv.scan_prefix(&prefix, rev, &mut |k, _| {
-            ends[i] = Some(id_from_key(k)?.as_u128());
-            Ok(false)
-        })?;
-    }
-    let (Some(first), Some(last)) = (ends[0], ends[1]) else {
+    let Some((first, last)) = crate::store::kv::range_ends(kv, &prefix, &end)? else {
         return Ok(vec![]);
     };
+    let (first, last) = (
+        id_from_key(&first)?.as_u128(),
+        id_from_key(&last)?.as_u128(),
+    );
     // Ids are time-ordered: equal slices of the id span hold roughly equal numbers of records
     // when writes were steady; more chunks than threads evens out the rest.
     let threads = threads.max(1);

@@ -328,15 +328,30 @@ impl<'a, R: KvRead> Costs<'a, R> {
     /// Relationships of the block's types whose (current record's label, related record's
     /// label), seen in the block's direction, `pair` admits.
     fn counted(&mut self, rel: &Related, pair: &dyn Fn(&str, &str) -> bool) -> Result<u64> {
+        let mut n = 0;
+        self.each_counted(rel, &mut |ends, c| {
+            if ends.iter().any(|(a, b)| pair(a, b)) {
+                n += c;
+            }
+        })?;
+        Ok(n)
+    }
+
+    /// Each relationship counter of the block's types with the ways the block walks it: one
+    /// or two (current record's label, other end's label) pairs, by the block's direction.
+    fn each_counted(&mut self, rel: &Related, visit: &mut CounterVisit<'_>) -> Result<()> {
         let typed = |t: &String| rel.edges.types.is_empty() || rel.edges.types.contains(t);
         let out = rel.edges.dir != Some(crate::model::Direction::In);
         let inn = rel.edges.dir != Some(crate::model::Direction::Out);
-        Ok(self
-            .counts()?
-            .iter()
-            .filter(|(s, ty, t, _)| typed(ty) && ((out && pair(s, t)) || (inn && pair(t, s))))
-            .map(|c| c.3)
-            .sum())
+        for (s, _, t, c) in self.counts()?.iter().filter(|c| typed(&c.1)) {
+            let (s, t) = (s.as_str(), t.as_str());
+            match (out, inn) {
+                (true, true) => visit(&[(s, t), (t, s)], *c),
+                (true, false) => visit(&[(s, t)], *c),
+                _ => visit(&[(t, s)], *c),
+            }
+        }
+        Ok(())
     }
 
     /// Relationships of the block's types and direction from a record of `from` to one of
@@ -357,10 +372,7 @@ impl<'a, R: KvRead> Costs<'a, R> {
         if from.is_empty() || rel.hops != (1, 1) {
             return Ok(None);
         }
-        let mut records = 0u64;
-        for l in from {
-            records += rstore::label_count(self.kv, self.tenant, l)?;
-        }
+        let records = rstore::labels_count(self.kv, self.tenant, from)?;
         if records == 0 {
             return Ok(Some(1.0));
         }
@@ -412,23 +424,24 @@ impl<'a, R: KvRead> Costs<'a, R> {
         }
         // The reached record is the block's current record: labels with relationships of the
         // block's types and direction to a record of the target label.
-        let labels: HashSet<String> = self
-            .counts()?
-            .iter()
-            .flat_map(|(s, _, t, _)| [s.clone(), t.clone()])
-            .collect();
-        let mut found = Vec::new();
-        for l in labels {
-            if self.counted(rel, &|a, b| a == l && b == t)? > 0 {
-                found.push(l);
+        let mut found: HashSet<String> = HashSet::new();
+        self.each_counted(rel, &mut |ends, c| {
+            for (a, b) in ends {
+                if *b == t && c > 0 {
+                    found.insert(a.to_string());
+                }
             }
-        }
-        Ok(match found.as_slice() {
-            [_] => found.pop(),
+        })?;
+        Ok(match found.len() {
+            1 => found.into_iter().next(),
             _ => None,
         })
     }
 }
+
+/// A visit of one relationship counter: its (current label, other end's label) orientations
+/// and its count.
+type CounterVisit<'v> = dyn FnMut(&[(&str, &str)], u64) + 'v;
 
 /// A frontier at least this large is read on several threads (when the view allows it).
 const PARALLEL_FRONTIER: usize = 4096;

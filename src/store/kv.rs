@@ -37,6 +37,23 @@ pub trait KvRead {
     }
 }
 
+/// The first and last keys in `[start, end)` (None: the range is empty): two descents.
+pub fn range_ends<R: KvRead + ?Sized>(
+    kv: &R,
+    start: &[u8],
+    end: &[u8],
+) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut ends = [None::<Vec<u8>>, None];
+    for (i, rev) in [false, true].into_iter().enumerate() {
+        kv.scan(start, end, rev, &mut |k, _| {
+            ends[i] = Some(k.to_vec());
+            Ok(false)
+        })?;
+    }
+    let [first, last] = ends;
+    Ok(first.zip(last))
+}
+
 fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
     t: &T,
     start: &[u8],

@@ -75,24 +75,23 @@ fn created_record(p: PutRecord, row: u64, version: u64) -> Record {
     }
 }
 
-/// A create as a transaction stages it, checked against `kv` exactly as the writer will check
-/// it, without the index and counter work (which commit does). Only for a create that no
-/// other staged write can affect (a new id). The row number is assigned at commit: 0 here.
+/// A create as a transaction stages it, checked exactly as the writer will check it, without
+/// the index and counter work (which commit does). Only for a create that no other staged
+/// write can affect (a new id). `view`: the read view and the tenant's id; a create under an
+/// engine-generated id (`PutMode::CreateNew`) reads nothing and may come without one. The
+/// row number is assigned at commit: 0 here.
 pub fn stage_create<R: KvRead>(
-    kv: &R,
-    tenant: Option<u64>,
+    view: Option<(&R, Option<u64>)>,
     p: PutRecord,
     version: u64,
 ) -> Result<Record> {
-    check_create(kv, tenant, &p)?;
-    Ok(created_record(p, 0, version))
-}
-
-/// [`stage_create`] for a create under an engine-generated id (`PutMode::CreateNew`): there
-/// is nothing to read, so no read view is needed.
-pub fn stage_create_new(p: PutRecord, version: u64) -> Result<Record> {
-    debug_assert_eq!(p.mode, PutMode::CreateNew);
-    has_label(&p)?;
+    match view {
+        Some((kv, tenant)) => check_create(kv, tenant, &p)?,
+        None => {
+            debug_assert_eq!(p.mode, PutMode::CreateNew, "a client-given id needs a view");
+            has_label(&p)?
+        }
+    }
     Ok(created_record(p, 0, version))
 }
 
@@ -214,6 +213,18 @@ pub fn label_count<R: KvRead + ?Sized>(kv: &R, tenant: u64, label: &str) -> Resu
     kv.get(&Key::tenant(tenant, keys::LABEL_COUNT).str(label).0)?
         .map(|v| codec::decode_u64(&v))
         .unwrap_or(Ok(0))
+}
+
+/// Records under `labels` (every record when `labels` is empty), from the counters.
+pub fn labels_count<R: KvRead + ?Sized>(kv: &R, tenant: u64, labels: &[String]) -> Result<u64> {
+    if labels.is_empty() {
+        return Ok(label_counts(kv, tenant)?.iter().map(|(_, c)| c).sum());
+    }
+    let mut total = 0;
+    for l in labels {
+        total += label_count(kv, tenant, l)?;
+    }
+    Ok(total)
 }
 
 fn property_info<R: KvRead + ?Sized>(

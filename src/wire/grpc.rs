@@ -66,15 +66,7 @@ impl GrpcEngine {
     ) -> Result<T, Error> {
         tokio::time::timeout(self.budget, work)
             .await
-            .unwrap_or_else(|_| {
-                Err(Error::new(
-                    ErrorCode::Timeout,
-                    format!(
-                        "request exceeded its {} ms time budget",
-                        self.budget.as_millis()
-                    ),
-                ))
-            })
+            .unwrap_or_else(|_| Err(crate::wire::over_budget(self.budget)))
     }
 }
 

@@ -193,33 +193,25 @@ pub async fn handle(
     let start = Instant::now();
     let method = method_name(req.method());
     let timeout = Duration::from_millis(state.limits.request_timeout_ms);
+    // Errors found before routing answer in the path's own envelope.
     let protocol_path = req.uri().path().starts_with("/protocol/");
+    let early_error = |e: &Error| {
+        if protocol_path {
+            protocol_error(e)
+        } else {
+            rest_error(e)
+        }
+    };
     let work = async {
         let (parts, body) = req.into_parts();
         match read_body(&parts.headers, body, &state.limits).await {
             Ok(bytes) => route(&state, Request::from_parts(parts, bytes)).await,
-            Err(e) if parts.uri.path().starts_with("/protocol/") => ("body", protocol_error(&e)),
-            Err(e) => ("body", rest_error(&e)),
+            Err(e) => ("body", early_error(&e)),
         }
     };
     let (route, resp) = match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
-        Err(_) => {
-            let e = Error::new(
-                ErrorCode::Timeout,
-                format!(
-                    "request exceeded its {} ms time budget",
-                    timeout.as_millis()
-                ),
-            );
-            // Each path answers in its own error envelope.
-            let resp = if protocol_path {
-                protocol_error(&e)
-            } else {
-                rest_error(&e)
-            };
-            ("timeout", resp)
-        }
+        Err(_) => ("timeout", early_error(&super::over_budget(timeout))),
     };
     let mut resp = resp;
     if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -41,6 +41,11 @@ pub const STORAGE_FORMAT_VERSION: u64 = 1;
 const MAX_GROUP: usize = 512;
 /// Batches that may wait in the writer's queue.
 const QUEUE: usize = 4096;
+/// A write commits inline (on the request's own thread) only after this many writes in a row
+/// found no other write in progress: a client writing alone, one write after another. Under
+/// concurrent writes an inline commit blocks a runtime worker for an fdatasync while other
+/// writes wait behind it, and its groups of one displace group commit (docs/design.md).
+const INLINE_AFTER_ALONE: usize = 16;
 /// A checkpoint (a durable redb commit) takes a time that grows with the writes since the
 /// previous one (measured: 0.3-1.8 s after 50-256 MiB of log). Under load it runs on the
 /// applier thread while the writer goes on in the other log segment; when idle, the writer
@@ -118,6 +123,9 @@ pub struct Store {
     core: Arc<Mutex<WriterCore>>,
     /// Calls of `write` in progress.
     writes_in_flight: std::sync::atomic::AtomicUsize,
+    /// Calls of `write` in a row that found no other write in progress (reset by one that
+    /// did). Only a long run of them commits inline: see `write`.
+    alone_streak: std::sync::atomic::AtomicUsize,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     applier: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -556,6 +564,7 @@ impl Store {
             sender: RwLock::new(Some(tx)),
             core,
             writes_in_flight: Default::default(),
+            alone_streak: Default::default(),
             writer: Mutex::new(Some(writer)),
             applier: Mutex::new(Some(applier)),
         })
@@ -612,12 +621,12 @@ impl Store {
 
     /// Commits a batch and returns once it is durable. The batch applies entirely or not at all.
     ///
-    /// When this is the only write in progress and no group is committing, the batch commits
-    /// on the calling thread as a group of one: a store written by one client at a time
-    /// answers without two thread hand-offs (measured ~15% more creates/s at c=1). The worker
-    /// thread is blocked meanwhile (one fdatasync; the runtime's other workers go on). With
-    /// other writes in progress, the batch joins the writer's queue and commits with whatever
-    /// else is queued (group commit).
+    /// When this is the only write in progress, the last `INLINE_AFTER_ALONE` writes were
+    /// too, and no group is committing, the batch commits on the calling thread as a group of
+    /// one: a store written by one client at a time answers without two thread hand-offs
+    /// (measured ~15% more creates/s at c=1). The worker thread is blocked meanwhile (one
+    /// fdatasync; the runtime's other workers go on). Otherwise the batch joins the writer's
+    /// queue and commits with whatever else is queued (group commit).
     pub async fn write(&self, tenant: Tenant, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
         use std::sync::atomic::Ordering;
         let sender = self
@@ -639,9 +648,15 @@ impl Store {
         }
         let alone = self.writes_in_flight.fetch_add(1, Ordering::AcqRel) == 0;
         let _in_flight = InFlight(&self.writes_in_flight);
+        let inline = if alone {
+            self.alone_streak.fetch_add(1, Ordering::Relaxed) >= INLINE_AFTER_ALONE
+        } else {
+            self.alone_streak.store(0, Ordering::Relaxed);
+            false
+        };
         let (reply, mut rx) = oneshot::channel();
         let req = WriteRequest { tenant, ops, reply };
-        let req = if alone {
+        let req = if inline {
             self.commit_inline(req)
         } else {
             Some(req)

@@ -134,4 +134,7 @@ pub struct ServeArgs {
     /// REST list envelope: `spec` (default) or `flat`.
     #[arg(long, env = "ENGINE_REST_ENVELOPE")]
     pub rest_envelope: Option<String>,
+    /// Threads that serve connections; 0 (default) = one fewer than the CPUs, at least 1.
+    #[arg(long, env = "ENGINE_WORKERS")]
+    pub workers: Option<usize>,
 }

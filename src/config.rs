@@ -19,6 +19,38 @@ pub struct FileConfig {
     pub limits: Limits,
     pub rest: Rest,
     pub storage: Storage,
+    pub runtime: Runtime,
+}
+
+/// The config file's `[runtime]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Runtime {
+    /// Threads that serve connections (the tokio runtime's workers); 0 = automatic
+    /// (`default_workers`).
+    pub workers: usize,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime { workers: 0 }
+    }
+}
+
+impl Runtime {
+    /// The worker threads to start: the setting, or, when it is 0, one fewer than the CPUs
+    /// this process may use, and at least one. The store's writer and applier threads and the
+    /// blocking pool (large searches) run beside the workers; on a 2-CPU machine two workers
+    /// plus those threads were slower than one (docs/design.md, "Connections").
+    pub fn worker_threads(&self) -> usize {
+        if self.workers > 0 {
+            return self.workers;
+        }
+        std::thread::available_parallelism()
+            .map(|n| n.get().saturating_sub(1))
+            .unwrap_or(1)
+            .max(1)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,6 +112,7 @@ impl Default for FileConfig {
             limits: Limits::default(),
             rest: Rest::default(),
             storage: Storage::default(),
+            runtime: Runtime::default(),
         }
     }
 }
@@ -162,6 +195,9 @@ impl FileConfig {
         }
         if !(1..=4096).contains(&self.storage.checkpoint_mb) {
             return Err("storage.checkpoint_mb must be between 1 and 4096".into());
+        }
+        if self.runtime.workers > 1024 {
+            return Err("runtime.workers must be between 0 (automatic) and 1024".into());
         }
         if self.limits.max_body_bytes == 0 || self.limits.request_timeout_ms == 0 {
             return Err(

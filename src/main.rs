@@ -70,6 +70,7 @@ fn main() {
                     2
                 }
                 Ok(cfg) => match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(cfg.file.runtime.worker_threads())
                     .enable_all()
                     .build()
                 {

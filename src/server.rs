@@ -56,6 +56,9 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
     if let Some(e) = args.rest_envelope {
         file.rest.envelope = e;
     }
+    if let Some(w) = args.workers {
+        file.runtime.workers = w;
+    }
     file.validate()?;
     let capability_secret = match args.capability_secret {
         Some(hex) => Some(
@@ -156,10 +159,11 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     crate::log::info(&format!(
-        "engine {} serving data directory {} in {}",
+        "engine {} serving data directory {} in {} with {} worker thread(s)",
         env!("CARGO_PKG_VERSION"),
         cfg.file.data_dir.display(),
-        mode.describe()
+        mode.describe(),
+        tokio::runtime::Handle::current().metrics().num_workers()
     ));
     let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
     let grpc = {

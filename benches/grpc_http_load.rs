@@ -136,8 +136,14 @@ fn main() {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
+    // The null servers run on the engine's default worker count, as the engine does.
+    let server = args.mode.starts_with("null-");
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+        .worker_threads(if server {
+            engine::config::Runtime::default().worker_threads()
+        } else {
+            threads
+        })
         .enable_all()
         .build()
         .expect("runtime");

@@ -1,5 +1,6 @@
 //! Physical reference for HTTP benchmarks: a null handler on the engine's own HTTP stack
-//! (tokio multi-thread runtime, hyper 1 http1 keep-alive, TCP_NODELAY). Every request gets
+//! (tokio multi-thread runtime with the engine's default worker count, hyper 1 http1
+//! keep-alive, TCP_NODELAY). Every request gets
 //! `200 {"success":true}` with `content-type: application/json`; request bodies are drained.
 //!
 //!   null_http --addr 127.0.0.1:PORT      (127.0.0.1:0 picks a free port)
@@ -52,6 +53,7 @@ fn main() {
         return;
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(engine::config::Runtime::default().worker_threads())
         .enable_all()
         .build()
         .expect("runtime");

@@ -23,18 +23,12 @@ pub struct FileConfig {
 }
 
 /// The config file's `[runtime]` section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Runtime {
     /// Threads that serve connections (the tokio runtime's workers); 0 = automatic
     /// (`default_workers`).
     pub workers: usize,
-}
-
-impl Default for Runtime {
-    fn default() -> Self {
-        Runtime { workers: 0 }
-    }
 }
 
 impl Runtime {
@@ -230,5 +224,18 @@ mod tests {
         assert_eq!(c.listen.http, "127.0.0.1:0");
         assert_eq!(c.listen.grpc, Listen::default().grpc);
         assert!(FileConfig::parse("schema_version = 1\ntoken = \"x\"").is_err());
+    }
+
+    #[test]
+    fn workers_default_to_one_fewer_than_the_cpus() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(Runtime::default().worker_threads(), (cpus - 1).max(1));
+        let c = FileConfig::parse("schema_version = 1\n[runtime]\nworkers = 3").unwrap();
+        assert_eq!(c.runtime.worker_threads(), 3);
+        assert!(
+            FileConfig::parse("schema_version = 1\n[runtime]\nworkers = 5000")
+                .unwrap_err()
+                .contains("runtime.workers")
+        );
     }
 }

@@ -1,6 +1,7 @@
 """Durability (acknowledged means durable, across kill -9 and graceful restarts) and the
 server's startup contract (refusals, config file, version)."""
 
+import os
 import re
 import signal
 import subprocess
@@ -415,3 +416,25 @@ def test_engine_version(engine):
     assert build["version"] in out
     assert "protocol version 1" in out
     assert f"storage format version {build['storageFormatVersion']}" in out
+
+
+def test_worker_threads_follow_the_config_file_and_the_flag(engine_factory, tmp_path):
+    """`[runtime] workers` sizes the threads serving connections; `--workers` overrides it;
+    0 (the default) means one fewer than the CPUs, at least one. The startup line names it."""
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text("schema_version = 1\n[runtime]\nworkers = 3\n")
+    from_file = engine_factory.start(extra_args=["--config", str(cfg)])
+    from_flag = engine_factory.start(extra_args=["--config", str(cfg), "--workers", "2"])
+    default = engine_factory.start()
+    cpus = len(os.sched_getaffinity(0))
+    for e, n in ((from_file, 3), (from_flag, 2), (default, max(1, cpus - 1))):
+        assert f"with {n} worker thread(s)" in e.log(), e.log()
+        # A write and its read back go through (one worker: writes never commit inline).
+        auth = {"Authorization": f"Bearer {DEV_TOKEN}"}
+        r = requests.post(e.url + "/api/v1/records", json={"label": "W", "data": {"n": n}}, headers=auth, timeout=10)
+        assert r.status_code in (200, 201), r.text
+        got = requests.get(e.url + "/api/v1/records/" + r.json()["data"]["id"], headers=auth, timeout=10)
+        assert got.status_code == 200 and got.json()["data"]["n"] == n, got.text
+    cfg.write_text("schema_version = 1\n[runtime]\nworkers = 5000\n")
+    p = run_engine(["serve", "--config", str(cfg), "--data-dir", str(tmp_path / "d")])
+    assert p.returncode != 0 and "runtime.workers" in p.stderr, p.stderr

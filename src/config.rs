@@ -27,7 +27,7 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct Runtime {
     /// Threads that serve connections (the tokio runtime's workers); 0 = automatic
-    /// (`default_workers`).
+    /// (`worker_threads`).
     pub workers: usize,
 }
 

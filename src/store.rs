@@ -1,7 +1,7 @@
 //! The tenant-keyspaced graph store on redb.
 //!
 //! Writes: one writer (`WriterCore`, behind a mutex) commits groups. The writer thread drains
-//! queued batches (a write alone in flight commits on its own thread), applies each on its own
+//! queued batches (a lone writer's write commits on its own thread: `Store::write`), applies each on its own
 //! overlay over the latest view (validation and mutation see the latest state, and a failing
 //! batch contributes nothing), appends the group's writes to the redo log with one fdatasync,
 //! publishes them (readers see them from then on), then acknowledges every caller.
@@ -34,8 +34,11 @@ use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
-/// The one storage format version this build reads (see docs/design.md).
-pub const STORAGE_FORMAT_VERSION: u64 = 1;
+/// The one storage format version this build reads (see docs/design.md). Version 2 gave
+/// adjacency entries their values (the other end's label, the relationship's body).
+pub const STORAGE_FORMAT_VERSION: u64 = 2;
+/// The older version this build upgrades in place at startup (`relationships::upgrade_adjacency_from_v1`).
+const UPGRADES_FROM: u64 = 1;
 
 /// Upper bound on batches committed together in one redb transaction.
 const MAX_GROUP: usize = 512;
@@ -431,6 +434,7 @@ impl Store {
         let (mut wal, frames) = wal::Wal::open(dir)?;
         let mut txn = db.begin_write()?;
         txn.set_quick_repair(true);
+        let mut upgrade = false;
         let (last_seq, tenants, replayed) = {
             let mut t = txn.open_table(KV)?;
             let fmt = Key::system(keys::SYS_FORMAT).0;
@@ -458,7 +462,8 @@ impl Store {
                 }
                 Some(v) => {
                     let v = v?;
-                    if v != STORAGE_FORMAT_VERSION {
+                    upgrade = v == UPGRADES_FROM;
+                    if v != STORAGE_FORMAT_VERSION && !upgrade {
                         return Err(startup(format!(
                             "unsupported storage format version {v}; this build uses version {STORAGE_FORMAT_VERSION}"
                         )));
@@ -479,6 +484,20 @@ impl Store {
                     };
                 }
                 replayed += 1;
+            }
+            // After the replay (the log holds writes of the old format too), in the same
+            // transaction: a crash leaves the old version and the log as they were.
+            if upgrade {
+                let started = std::time::Instant::now();
+                let (done, left) = relationships::upgrade_adjacency_from_v1(&mut t, 65_536)?;
+                t.insert(
+                    fmt.as_slice(),
+                    codec::encode_u64(STORAGE_FORMAT_VERSION).as_slice(),
+                )?;
+                crate::log::info(&format!(
+                    "upgraded the store from storage format version {UPGRADES_FROM} to {STORAGE_FORMAT_VERSION}: {done} adjacency entries rewritten ({left} without a relationship or endpoint left as they were) in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                ));
             }
             let stored = match KvRead::get(&t, Key::system(keys::SYS_MODE).bytes())? {
                 Some(v) => codec::decode_u64(&v)?,
@@ -624,8 +643,9 @@ impl Store {
     /// When this is the only write in progress, the last `INLINE_AFTER_ALONE` writes were
     /// too, and no group is committing, the batch commits on the calling thread as a group of
     /// one: a store written by one client at a time answers without two thread hand-offs
-    /// (measured ~10-15% more creates/s at c=1 with two workers, ~6% with one). The worker
-    /// thread is blocked meanwhile (one fdatasync) while the runtime goes on elsewhere
+    /// (measured ~15% more creates/s at c=1 with two workers, ~6% with one). The worker
+    /// thread is blocked meanwhile (one fdatasync, or longer while the applier is behind:
+    /// `wait_for_room`) while the runtime goes on elsewhere
     /// (`runtime_workers`). Otherwise the batch joins the writer's queue and commits with
     /// whatever else is queued (group commit).
     pub async fn write(&self, tenant: Tenant, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
@@ -658,6 +678,9 @@ impl Store {
             Some(req)
         };
         let Some(req) = req else {
+            // Committed inline without reaching an await: yield, so a caller that writes in a
+            // loop (the reclaim loop) does not hold its worker.
+            tokio::task::yield_now().await;
             return rx
                 .try_recv()
                 .map_err(|_| Error::internal("writer dropped a request"))?;

@@ -499,12 +499,15 @@ impl RelSpec {
         })
     }
 
-    /// The record's label when it passes the source (or target) selector.
+    /// The record's label when it passes the source (or target) selector. `known`: the
+    /// record's label when the caller has it (from an adjacency value): a side without a
+    /// filter is then decided without reading the record.
     fn side_ok<R: KvRead>(
         &self,
         (kv, t, w): (&R, u64, &Walker<'_, R>),
         id: &Uuid,
         is_source: bool,
+        known: Option<&str>,
         cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>,
     ) -> Result<Option<String>> {
         let (labels, f) = if is_source {
@@ -512,6 +515,10 @@ impl RelSpec {
         } else {
             (&self.target_labels, &self.target)
         };
+        if let (Some(label), Filter::True) = (known, f) {
+            let ok = labels.is_empty() || labels.iter().any(|l| l == label);
+            return Ok(ok.then(|| label.to_string()));
+        }
         if let Some(hit) = cache.get(&(*id, is_source)) {
             return Ok(hit.as_ref().filter(|(ok, _)| *ok).map(|(_, l)| l.clone()));
         }
@@ -533,6 +540,8 @@ impl RelSpec {
     }
 
     /// (source label, target label) when the relationship matches in the given orientation.
+    /// `known`: the (source, target) labels when the caller has them.
+    #[allow(clippy::too_many_arguments)]
     fn matches<R: KvRead>(
         &self,
         kv: &R,
@@ -540,17 +549,22 @@ impl RelSpec {
         w: &Walker<'_, R>,
         rel: &Relationship,
         swapped: bool,
+        known: Option<(&str, &str)>,
         cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>,
     ) -> Result<Option<(String, String)>> {
-        let (a, b) = if swapped {
-            (&rel.target, &rel.source)
-        } else {
-            (&rel.source, &rel.target)
+        let ((a, ka), (b, kb)) = {
+            let s = (&rel.source, known.map(|k| k.0));
+            let g = (&rel.target, known.map(|k| k.1));
+            if swapped {
+                (g, s)
+            } else {
+                (s, g)
+            }
         };
-        let Some(la) = self.side_ok((kv, t, w), a, true, cache)? else {
+        let Some(la) = self.side_ok((kv, t, w), a, true, ka, cache)? else {
             return Ok(None);
         };
-        let Some(lb) = self.side_ok((kv, t, w), b, false, cache)? else {
+        let Some(lb) = self.side_ok((kv, t, w), b, false, kb, cache)? else {
             return Ok(None);
         };
         Ok(Some(if swapped { (lb, la) } else { (la, lb) }))
@@ -561,12 +575,14 @@ impl RelSpec {
         &self,
         kv: &R,
         t: u64,
-        edges: Option<Vec<rels::Edge>>,
+        edges: Option<Vec<rels::Adjacent>>,
     ) -> Result<(Vec<Value>, u64)> {
         let w = Walker::new(kv, t);
         let mut cache = HashMap::new();
         let mut hits: Vec<(Record, String, String, Relationship)> = Vec::new();
+        // `known`: the endpoints' (source, target) labels, when the caller has them.
         let mut consider = |mut rel: Relationship,
+                            known: Option<(&str, &str)>,
                             cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>|
          -> Result<()> {
             if !self.types.is_empty() && !self.types.contains(&rel.rel_type) {
@@ -583,11 +599,11 @@ impl RelSpec {
                 return Ok(());
             }
             let found = match self.dir {
-                Some(Direction::Out) => self.matches(kv, t, &w, &rel, false, cache)?,
-                Some(Direction::In) => self.matches(kv, t, &w, &rel, true, cache)?,
-                None => match self.matches(kv, t, &w, &rel, false, cache)? {
+                Some(Direction::Out) => self.matches(kv, t, &w, &rel, false, known, cache)?,
+                Some(Direction::In) => self.matches(kv, t, &w, &rel, true, known, cache)?,
+                None => match self.matches(kv, t, &w, &rel, false, known, cache)? {
                     Some(x) => Some(x),
-                    None => self.matches(kv, t, &w, &rel, true, cache)?,
+                    None => self.matches(kv, t, &w, &rel, true, known, cache)?,
                 },
             };
             if let Some((sl, tl)) = found {
@@ -597,22 +613,28 @@ impl RelSpec {
         };
         match self.record {
             Some(id) => {
-                if rstore::get_record(kv, t, &id)?.is_none() {
-                    return Err(Error::not_found(format!("record {id} not found")));
-                }
+                // Only the label is read: a side filter on this record reads it again, once.
+                let label = kv
+                    .get(&rstore::record_key(t, &id))?
+                    .map(|v| codec::decode_record_fields(id, &v, Some(&[])))
+                    .transpose()?
+                    .ok_or_else(|| Error::not_found(format!("record {id} not found")))?
+                    .label;
                 let edges = match edges {
                     Some(e) => e,
                     None => rels::node_edges(kv, t, &id)?,
                 };
-                let found = edges.into_iter().map(|e| e.rel);
-                for rid in found {
-                    if let Some(rel) = rels::get_relationship(kv, t, &rid)? {
-                        consider(rel, &mut cache)?;
-                    }
+                // Each adjacency value carries the relationship and its other end's label.
+                for a in edges {
+                    let known = match a.edge.dir {
+                        Direction::Out => (label.as_str(), a.other_label.as_str()),
+                        Direction::In => (a.other_label.as_str(), label.as_str()),
+                    };
+                    consider(a.rel, Some(known), &mut cache)?;
                 }
             }
             None => rels::scan_relationships(kv, t, &mut |rel| {
-                consider(rel, &mut cache)?;
+                consider(rel, None, &mut cache)?;
                 Ok(true)
             })?,
         }

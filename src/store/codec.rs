@@ -389,6 +389,58 @@ pub fn decode_relationship(id: Uuid, b: &[u8]) -> Result<Relationship> {
     })
 }
 
+/// Adjacency value (storage format 2): format, the other end's label, then the relationship's
+/// row, version, type and properties laid out as a record (`encode_record`). The ids are in
+/// the key. Invariant: both entries of a relationship carry its current body, and each
+/// carries the current label of the record at its other end (writes that change either
+/// rewrite the entries: `store::relationships`).
+pub fn encode_adjacency(other_label: &str, rel: &Relationship) -> Vec<u8> {
+    let mut out = Vec::with_capacity(48 + other_label.len() + rel.rel_type.len());
+    out.push(VALUE_FORMAT);
+    put_bytes(&mut out, other_label.as_bytes());
+    out.extend_from_slice(&encode_record(&Record {
+        id: rel.id,
+        label: rel.rel_type.clone(),
+        row: rel.row,
+        version: rel.version,
+        props: rel.props.clone(),
+    }));
+    out
+}
+
+/// The other end's label of an adjacency value, without decoding the rest.
+pub fn decode_adjacency_label(b: &[u8]) -> Result<String> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    r.string()
+}
+
+/// An adjacency value: the other end's label and the relationship (`source` and `target`
+/// come from the key).
+pub fn decode_adjacency(
+    id: Uuid,
+    source: Uuid,
+    target: Uuid,
+    b: &[u8],
+) -> Result<(String, Relationship)> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    let label = r.string()?;
+    let rec = decode_record(id, r.b)?;
+    Ok((
+        label,
+        Relationship {
+            id,
+            row: rec.row,
+            version: rec.version,
+            rel_type: rec.label,
+            source,
+            target,
+            props: rec.props,
+        },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,7 @@ pub const LABEL_COUNT: u8 = 0x30; // + label -> count
 pub const PROP_LABEL_COUNT: u8 = 0x31; // + property id + label -> (count, array count)
 pub const ROW_SEQ: u8 = 0x40; // -> last row number handed out
 pub const RELATIONSHIP: u8 = 0x50; // + relationship id -> type, source, target, properties
-pub const ADJACENCY: u8 = 0x51; // + node + direction + type + other node + relationship id -> marker
+pub const ADJACENCY: u8 = 0x51; // + node + direction + type + other node + relationship id -> other label, relationship body
 pub const REL_COUNT: u8 = 0x52; // + source label + type + target label -> count
 /// Reserved for vector and text index data.
 pub const VECTOR_INDEX: u8 = 0x60;

@@ -3,19 +3,23 @@
 //!
 //! Tenant keys (docs/design.md "Storage format"):
 //! - `RELATIONSHIP` + relationship id -> type, source id, target id, properties.
-//! - `ADJACENCY` + node + direction byte + type + other node + relationship id -> marker,
-//!   written for both endpoints: `(source, Out, type, target, id)` and
-//!   `(target, In, type, source, id)`. A self-loop has both entries under one node.
+//! - `ADJACENCY` + node + direction byte + type + other node + relationship id -> the other
+//!   node's label and the relationship's body (`codec::encode_adjacency`), written for both
+//!   endpoints: `(source, Out, type, target, id)` and `(target, In, type, source, id)`. A
+//!   self-loop has both entries under one node. A node's relationships, with the labels at
+//!   their other ends, are one range scan.
 //! - `REL_COUNT` + source label + type + target label -> number of relationships.
 //!
 //! Invariants, kept in the same write transaction as the records: a relationship's value
 //! exists iff both its adjacency entries exist and both its endpoints exist (deleting a record
-//! deletes its relationships); the counters equal the relationships by their endpoints'
-//! current labels (a retype moves them).
+//! deletes its relationships); both adjacency values carry the relationship's current body
+//! (a re-prop rewrites them) and the current label of their other end (a retype rewrites the
+//! entries under the record's neighbours); the counters equal the relationships by their
+//! endpoints' current labels (a retype moves them).
 
 use super::codec;
 use super::keys::{self, Key};
-use super::kv::KvRead;
+use super::kv::{KvRead, Visit};
 use super::records::{record_key, RecordWriter};
 use crate::error::{Error, Result};
 use crate::model::{Direction, PropValue, Relationship};
@@ -95,14 +99,23 @@ pub struct EdgeFilter {
     pub types: Vec<String>,
 }
 
-/// Visits the edges of `node` that `f` admits, in key order per direction and type; `visit`
-/// returns false to stop.
-pub fn edges<R: KvRead + ?Sized>(
+/// An adjacency entry with its value: the relationship and the label of the record at the
+/// other end, as of the snapshot read.
+#[derive(Debug, Clone)]
+pub struct Adjacent {
+    pub edge: Edge,
+    pub rel: Relationship,
+    pub other_label: String,
+}
+
+/// Visits the adjacency entries (key, value) of `node` that `f` admits, in key order per
+/// direction and type; `visit` returns false to stop.
+fn scan_adjacency<R: KvRead + ?Sized>(
     kv: &R,
     tenant: u64,
     node: &Uuid,
     f: &EdgeFilter,
-    visit: &mut dyn FnMut(Edge) -> Result<bool>,
+    visit: Visit,
 ) -> Result<()> {
     let dirs: &[Direction] = match f.dir {
         Some(Direction::Out) => &[Direction::Out],
@@ -121,8 +134,8 @@ pub fn edges<R: KvRead + ?Sized>(
             if !go {
                 return Ok(());
             }
-            kv.scan_prefix(&p, false, &mut |k, _| {
-                go = visit(parse_edge(k)?)?;
+            kv.scan_prefix(&p, false, &mut |k, v| {
+                go = visit(k, v)?;
                 Ok(go)
             })?;
         }
@@ -130,17 +143,44 @@ pub fn edges<R: KvRead + ?Sized>(
     Ok(())
 }
 
+/// Visits the edges of `node` that `f` admits (keys only), in key order per direction and
+/// type; `visit` returns false to stop.
+pub fn edges<R: KvRead + ?Sized>(
+    kv: &R,
+    tenant: u64,
+    node: &Uuid,
+    f: &EdgeFilter,
+    visit: &mut dyn FnMut(Edge) -> Result<bool>,
+) -> Result<()> {
+    scan_adjacency(kv, tenant, node, f, &mut |k, _| visit(parse_edge(k)?))
+}
+
+/// `edges` with each entry's value decoded: the relationship and the other end's label.
+pub fn adjacent<R: KvRead + ?Sized>(
+    kv: &R,
+    tenant: u64,
+    node: &Uuid,
+    f: &EdgeFilter,
+    visit: &mut dyn FnMut(Adjacent) -> Result<bool>,
+) -> Result<()> {
+    scan_adjacency(kv, tenant, node, f, &mut |k, v| {
+        let edge = parse_edge(k)?;
+        let (source, target) = match edge.dir {
+            Direction::Out => (*node, edge.other),
+            Direction::In => (edge.other, *node),
+        };
+        let (other_label, rel) = codec::decode_adjacency(edge.rel, source, target, v)?;
+        visit(Adjacent {
+            edge,
+            rel,
+            other_label,
+        })
+    })
+}
+
 /// Every relationship of `node`, once each (a self-loop has two adjacency entries).
-pub fn node_edges<R: KvRead + ?Sized>(kv: &R, tenant: u64, node: &Uuid) -> Result<Vec<Edge>> {
-    let mut out = Vec::new();
-    let mut seen = HashSet::new();
-    edges(kv, tenant, node, &EdgeFilter::default(), &mut |e| {
-        if seen.insert(e.rel) {
-            out.push(e);
-        }
-        Ok(true)
-    })?;
-    Ok(out)
+pub fn node_edges<R: KvRead + ?Sized>(kv: &R, tenant: u64, node: &Uuid) -> Result<Vec<Adjacent>> {
+    Ok(node_edges_below(kv, tenant, node, usize::MAX)?.unwrap_or_default())
 }
 
 /// Every relationship of `node` when it has fewer than `cap` adjacency entries; None (after
@@ -150,12 +190,12 @@ pub fn node_edges_below<R: KvRead + ?Sized>(
     tenant: u64,
     node: &Uuid,
     cap: usize,
-) -> Result<Option<Vec<Edge>>> {
+) -> Result<Option<Vec<Adjacent>>> {
     let (mut out, mut seen, mut entries) = (Vec::new(), HashSet::new(), 0);
-    edges(kv, tenant, node, &EdgeFilter::default(), &mut |e| {
+    adjacent(kv, tenant, node, &EdgeFilter::default(), &mut |a| {
         entries += 1;
-        if seen.insert(e.rel) {
-            out.push(e);
+        if seen.insert(a.edge.rel) {
+            out.push(a);
         }
         Ok(entries < cap)
     })?;
@@ -193,6 +233,72 @@ pub fn scan_relationships<R: KvRead + ?Sized>(
             .map_err(|_| Error::internal("corrupt relationship key"))?;
         visit(codec::decode_relationship(id, v)?)
     })
+}
+
+/// Storage format 1 -> 2: gives every adjacency entry of every tenant (purged ones whose keys
+/// are still being reclaimed included) its value, from the relationship it names and the
+/// label of the record at its other end. An entry whose relationship or other end is missing
+/// (none should be) is left as it is and counted. Runs inside the caller's write transaction,
+/// `chunk` entries at a time. Returns (entries rewritten, entries left).
+pub fn upgrade_adjacency_from_v1(
+    t: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+    chunk: usize,
+) -> Result<(u64, u64)> {
+    let (mut done, mut left) = (0u64, 0u64);
+    let mut from = vec![keys::TENANT];
+    loop {
+        // The next tenant with keys.
+        let mut tenant = None;
+        t.scan(&from, &[keys::TENANT + 1], false, &mut |k, _| {
+            tenant = k
+                .get(1..9)
+                .map(|b| u64::from_be_bytes(b.try_into().unwrap()));
+            Ok(false)
+        })?;
+        let Some(tenant) = tenant else { break };
+        let prefix = Key::tenant(tenant, keys::ADJACENCY).0;
+        let end = keys::prefix_end(&prefix);
+        let mut start = prefix.clone();
+        loop {
+            let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut last = None;
+            let ro: &redb::Table<'_, &'static [u8], &'static [u8]> = t;
+            ro.scan(&start, &end, false, &mut |k, _| {
+                last = Some(k.to_vec());
+                let e = parse_edge(k)?;
+                let node = Uuid::from_slice(&k[ADJ_NODE_AT..ADJ_NODE_AT + 16])
+                    .map_err(|_| Error::internal("corrupt adjacency key"))?;
+                let rel = get_relationship(ro, tenant, &e.rel)?;
+                let other = ro
+                    .get(&record_key(tenant, &e.other))?
+                    .map(|v| codec::decode_record_fields(e.other, &v, Some(&[])))
+                    .transpose()?;
+                match (rel, other) {
+                    (Some(rel), Some(other)) if rel.source == node || rel.target == node => {
+                        batch.push((k.to_vec(), codec::encode_adjacency(&other.label, &rel)))
+                    }
+                    _ => left += 1,
+                }
+                Ok(batch.len() < chunk)
+            })?;
+            for (k, v) in &batch {
+                t.insert(k.as_slice(), v.as_slice())?;
+            }
+            done += batch.len() as u64;
+            match last {
+                Some(mut k) if batch.len() >= chunk => {
+                    k.push(0); // the next key after `k`
+                    start = k;
+                }
+                _ => break,
+            }
+        }
+        if tenant == u64::MAX {
+            break;
+        }
+        from = Key::tenant_space(tenant + 1).0;
+    }
+    Ok((done, left))
 }
 
 /// A relationship to create (`unique`: reuse an existing one of the same source, target and
@@ -237,30 +343,30 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         let t = self.tenant;
         self.ov
             .put(rel_key(t, &rel.id), codec::encode_relationship(rel));
+        // Both entries carry the body, so a re-prop rewrites them too.
+        self.ov.put(
+            adj_key(
+                t,
+                &rel.source,
+                Direction::Out,
+                &rel.rel_type,
+                &rel.target,
+                &rel.id,
+            ),
+            codec::encode_adjacency(labels.1, rel),
+        );
+        self.ov.put(
+            adj_key(
+                t,
+                &rel.target,
+                Direction::In,
+                &rel.rel_type,
+                &rel.source,
+                &rel.id,
+            ),
+            codec::encode_adjacency(labels.0, rel),
+        );
         if new {
-            let m = codec::MARKER.to_vec();
-            self.ov.put(
-                adj_key(
-                    t,
-                    &rel.source,
-                    Direction::Out,
-                    &rel.rel_type,
-                    &rel.target,
-                    &rel.id,
-                ),
-                m.clone(),
-            );
-            self.ov.put(
-                adj_key(
-                    t,
-                    &rel.target,
-                    Direction::In,
-                    &rel.rel_type,
-                    &rel.source,
-                    &rel.id,
-                ),
-                m,
-            );
             self.add_count(count_key(t, labels.0, &rel.rel_type, labels.1), 1)?;
         }
         Ok(())
@@ -364,23 +470,26 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
     /// Removes every relationship of a record (before the record itself goes).
     pub(super) fn detach_all(&mut self, node: &Uuid) -> Result<u64> {
         let ids = node_edges(&*self.ov, self.tenant, node)?;
-        self.remove_by_ids(ids.into_iter().map(|e| e.rel).collect())
+        self.remove_by_ids(ids.into_iter().map(|a| a.edge.rel).collect())
     }
 
-    /// Moves the relationship counters of a record from its old label to its new one.
+    /// A record's label changes from `from` to `to`: moves its relationship counters, and
+    /// rewrites the adjacency entries that carry its label (those under its neighbours; both
+    /// of a self-loop's).
     pub(super) fn relabel_edges(&mut self, node: &Uuid, from: &str, to: &str) -> Result<()> {
-        let rels = node_edges(&*self.ov, self.tenant, node)?;
-        for e in rels {
-            let other = if e.other == *node {
-                None
+        let t = self.tenant;
+        for a in node_edges(&*self.ov, t, node)? {
+            let Adjacent {
+                edge: e,
+                rel,
+                other_label,
+            } = a;
+            let self_loop = e.other == *node;
+            let (o_from, o_to) = if self_loop {
+                (from, to)
             } else {
-                Some(self.label_of(&e.other)?)
+                (other_label.as_str(), other_label.as_str())
             };
-            let (o_from, o_to) = match &other {
-                Some(l) => (l.as_str(), l.as_str()),
-                None => (from, to),
-            };
-            let t = self.tenant;
             let (old, new) = match e.dir {
                 Direction::Out => (
                     count_key(t, from, &e.rel_type, o_from),
@@ -393,6 +502,22 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             };
             self.add_count(old, -1)?;
             self.add_count(new, 1)?;
+            let value = codec::encode_adjacency(to, &rel);
+            if self_loop {
+                for d in [Direction::Out, Direction::In] {
+                    self.ov.put(
+                        adj_key(t, node, d, &e.rel_type, node, &e.rel),
+                        value.clone(),
+                    );
+                }
+            } else {
+                let back = match e.dir {
+                    Direction::Out => Direction::In,
+                    Direction::In => Direction::Out,
+                };
+                self.ov
+                    .put(adj_key(t, &e.other, back, &e.rel_type, node, &e.rel), value);
+            }
         }
         Ok(())
     }

@@ -1,9 +1,11 @@
 //! Writer guarantees, checked against the store directly.
 
 use engine::model::{infer::PropWrites, PropType, PropValue, Scalar};
+use engine::store::codec;
 use engine::store::keys::{self, Key};
 use engine::store::kv::KvRead;
 use engine::store::records::{self, PutMode, PutRecord, WriteOp, WriteOutcome};
+use engine::store::relationships as rels;
 use engine::store::{Store, StoreOptions, TenancyMode, Tenant};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -84,6 +86,179 @@ async fn a_failing_batch_never_poisons_its_group() {
         101
     );
     assert_eq!(count_prefix(&snap, Key::tenant(0, keys::RECORD).0), 101);
+}
+
+/// A lone writer commits inline after 16 writes in a row; on a runtime with a single worker
+/// that commit runs in `block_in_place`. The writes run as a task on that one worker: every
+/// write is stored, nothing hangs, and another task on the runtime is polled while they go
+/// on (an inline commit returns without reaching an await, so `Store::write` yields).
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_lone_writer_on_a_single_worker_commits_inline_and_other_tasks_go_on() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), TenancyMode::Single).unwrap());
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                ticks.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let writes = {
+        let (store, ticks) = (store.clone(), ticks.clone());
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            // Past the run of 16 lone writes, so the later ones commit inline.
+            let mut during_inline = 0;
+            for i in 0..48i64 {
+                let id = Uuid::now_v7();
+                let before = ticks.load(Ordering::Relaxed);
+                store
+                    .write(Tenant::Single, vec![create(id, "L", &[("i", i)])])
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                if i >= 32 && ticks.load(Ordering::Relaxed) > before {
+                    during_inline += 1;
+                }
+                ids.push(id);
+            }
+            (ids, during_inline)
+        })
+    };
+    let (ids, during_inline) = tokio::time::timeout(std::time::Duration::from_secs(60), writes)
+        .await
+        .expect("the writes hung")
+        .unwrap();
+    ticker.abort();
+    assert!(
+        during_inline > 0,
+        "the other task never ran beside inline commits"
+    );
+    let snap = store.snapshot().unwrap();
+    for id in &ids {
+        assert!(records::get_record(&snap, 0, id).unwrap().is_some());
+    }
+    assert_eq!(records::label_count(&snap, 0, "L").unwrap(), 48);
+}
+
+/// Every adjacency entry of `node` carries its relationship as stored and the current label of
+/// the record at its other end.
+fn assert_adjacency_current(store: &Store, node: &Uuid) -> usize {
+    let snap = store.snapshot().unwrap();
+    let mut n = 0;
+    rels::adjacent(&snap, 0, node, &rels::EdgeFilter::default(), &mut |a| {
+        let stored = rels::get_relationship(&snap, 0, &a.edge.rel)
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.rel, stored, "adjacency body of {node}");
+        let other = records::get_record(&snap, 0, &a.edge.other)
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.other_label, other.label, "other label under {node}");
+        n += 1;
+        Ok(true)
+    })
+    .unwrap();
+    n
+}
+
+/// Adjacency values follow re-props and retypes (a neighbour's and a self-loop's), and a store
+/// of storage format 1 (marker values) is upgraded in place at startup to the same values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adjacency_values_stay_current_and_a_v1_store_is_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let link = |s: Uuid, t: Uuid, ty: &str, w: i64| {
+        WriteOp::Link(rels::LinkRel {
+            source: s,
+            target: t,
+            rel_type: ty.into(),
+            props: [(
+                "w".to_string(),
+                PropValue::scalar(PropType::Number, Scalar::Int(w)),
+            )]
+            .into(),
+            unique: true,
+        })
+    };
+    {
+        let store = Store::open(dir.path(), TenancyMode::Single).unwrap();
+        let w = |ops| store.write(Tenant::Single, ops);
+        w(vec![
+            create(a, "A", &[]),
+            create(b, "B", &[]),
+            create(c, "C", &[]),
+        ])
+        .await
+        .unwrap();
+        w(vec![
+            link(a, b, "T", 1),
+            link(c, a, "U", 1),
+            link(a, a, "SELF", 1),
+        ])
+        .await
+        .unwrap();
+        w(vec![link(a, b, "T", 2)]).await.unwrap();
+        w(vec![WriteOp::Retype {
+            id: a,
+            from: "A".into(),
+            to: "A2".into(),
+        }])
+        .await
+        .unwrap();
+        assert_eq!(assert_adjacency_current(&store, &a), 4);
+        assert_eq!(assert_adjacency_current(&store, &b), 1);
+        assert_eq!(assert_adjacency_current(&store, &c), 1);
+        let snap = store.snapshot().unwrap();
+        let under_b = rels::node_edges(&snap, 0, &b).unwrap();
+        assert_eq!(under_b[0].other_label, "A2");
+        assert_eq!(
+            under_b[0].rel.props["w"],
+            PropValue::scalar(PropType::Number, Scalar::Int(2))
+        );
+    }
+    // Turn it into what a format-1 build wrote: marker values, version 1.
+    {
+        let db = redb::Database::open(dir.path().join("engine.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(engine::store::kv::KV).unwrap();
+            let prefix = Key::tenant(0, keys::ADJACENCY).0;
+            let mut adj = Vec::new();
+            t.scan_prefix(&prefix, false, &mut |k, _| {
+                adj.push(k.to_vec());
+                Ok(true)
+            })
+            .unwrap();
+            assert_eq!(adj.len(), 6);
+            for k in adj {
+                t.insert(k.as_slice(), codec::MARKER).unwrap();
+            }
+            t.insert(
+                Key::system(keys::SYS_FORMAT).bytes(),
+                codec::encode_u64(1).as_slice(),
+            )
+            .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = Store::open(dir.path(), TenancyMode::Single).unwrap();
+    assert_eq!(assert_adjacency_current(&store, &a), 4);
+    assert_eq!(assert_adjacency_current(&store, &b), 1);
+    assert_eq!(assert_adjacency_current(&store, &c), 1);
+    let snap = store.snapshot().unwrap();
+    let v = snap
+        .get(Key::system(keys::SYS_FORMAT).bytes())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        codec::decode_u64(&v).unwrap(),
+        engine::store::STORAGE_FORMAT_VERSION
+    );
 }
 
 async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {

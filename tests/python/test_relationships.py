@@ -321,6 +321,45 @@ def test_describe_schema_relationships(api, shop):
     assert rels[("Customer", "PLACED", "Order")] == 2 and rels[("Vip", "PLACED", "Order")] == 1
 
 
+def test_a_records_relationships_follow_its_neighbours_labels_and_properties(api, shop):
+    """A record's relationship list names each other end's current label (stored with the
+    adjacency), after a neighbour's retype, a self-loop's retype and a re-attach that replaces
+    the properties, and label selectors on the list's search see the same."""
+    def by_other(rid, **params):
+        out = {}
+        for x in rels_of(api, rid, **params)["data"]:
+            other = x["targetId"] if x["sourceId"] == rid else x["sourceId"]
+            out[(other, x["type"])] = (x["sourceLabel"], x["targetLabel"], x["properties"])
+        return out
+
+    # ann -[PLACED]-> o1; re-attach with properties replaces them on both ends' lists
+    r = api.post(f"/api/v1/records/{shop['ann']}/relationships", {"targetIds": shop["o1"], "type": "PLACED", "properties": {"w": 7}})
+    assert r.status_code == 201, r.text
+    assert by_other(shop["o1"])[(shop["ann"], "PLACED")] == ("Customer", "Order", {"w": 7})
+    assert by_other(shop["ann"])[(shop["o1"], "PLACED")] == ("Customer", "Order", {"w": 7})
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "retypeRecord", "id": shop["ann"], "fromLabel": "Customer", "toLabel": "Vip"}})
+    assert r.status_code == 200, r.text
+    assert by_other(shop["o1"]) == {
+        (shop["ann"], "PLACED"): ("Vip", "Order", {"w": 7}),
+        (shop["i1"], "CONTAINS"): ("Order", "Item", {}),
+    }
+    assert by_other(shop["o2"])[(shop["ann"], "PLACED")][0] == "Vip"
+    # a self-loop carries the record's own label at both ends
+    r = api.post(f"/api/v1/records/{shop['i2']}/relationships", {"targetIds": shop["i2"], "type": "SAME"})
+    assert r.status_code == 201, r.text
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "retypeRecord", "id": shop["i2"], "fromLabel": "Item", "toLabel": "Gift"}})
+    assert r.status_code == 200, r.text
+    assert by_other(shop["i2"])[(shop["i2"], "SAME")] == ("Gift", "Gift", {})
+    assert by_other(shop["o3"])[(shop["i2"], "CONTAINS")][1] == "Gift"
+    # label selectors of the record's relationship search use the same labels
+    r = api.post("/api/v1/relationships/search", {"where": {"sourceLabel": "Vip"}, "limit": 100})
+    assert r.status_code == 200, r.text
+    assert {x["targetId"] for x in r.json()["data"]["data"]} == {shop["o1"], shop["o2"]}
+    r = api.protocol({"kind": "query", "query": {"kind": "relationships", "query": {"recordId": shop["o2"], "sourceLabels": ["Vip"]}}})
+    assert r.status_code == 200, r.text
+    assert [x["sourceId"] for x in r.json()["response"]["relationships"]] == [shop["ann"]]
+
+
 def test_bulk_create_and_delete_by_key(api):
     users = [api.create("U", {"uid": i, "team": "t" + str(i % 2)}) for i in range(4)]
     posts = [api.create("P", {"author": i % 4, "n": i}) for i in range(8)]

@@ -103,9 +103,9 @@ pub enum Outcome {
         total: u64,
     },
     Explain(serde_json::Value),
-    /// Relationship JSON objects (rendered by `protocol::render::relationship`).
+    /// Relationships with their endpoints' labels (they serialize as relationship JSON).
     Relationships {
-        relationships: Vec<serde_json::Value>,
+        relationships: Vec<crate::protocol::render::RelationshipView>,
         total: u64,
     },
     Schema(serde_json::Value),

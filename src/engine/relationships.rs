@@ -576,7 +576,7 @@ impl RelSpec {
         kv: &R,
         t: u64,
         edges: Option<Vec<rels::Adjacent>>,
-    ) -> Result<(Vec<Value>, u64)> {
+    ) -> Result<(Vec<render::RelationshipView>, u64)> {
         let w = Walker::new(kv, t);
         let mut cache = HashMap::new();
         let mut hits: Vec<(Record, String, String, Relationship)> = Vec::new();
@@ -644,9 +644,13 @@ impl RelSpec {
             .into_iter()
             .skip(self.offset)
             .take(self.limit)
-            .map(|(probe, sl, tl, mut rel)| {
+            .map(|(probe, source_label, target_label, mut rel)| {
                 rel.props = probe.props;
-                render::relationship(&rel, &sl, &tl)
+                render::RelationshipView {
+                    rel,
+                    source_label,
+                    target_label,
+                }
             })
             .collect();
         Ok((page, total))

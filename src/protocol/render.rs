@@ -91,16 +91,30 @@ pub fn property(p: &PropertyInfo) -> Value {
            "recordsCount": p.records_count, "isArray": p.is_array})
 }
 
-/// Relationship JSON (BEHAVIOUR.md §3), in its stored orientation.
-pub fn relationship(rel: &Relationship, source_label: &str, target_label: &str) -> Value {
-    let props: Map<String, Value> = rel
-        .props
-        .iter()
-        .map(|(k, v)| (k.clone(), v.to_json()))
-        .collect();
-    json!({"id": rel.id.to_string(), "sourceId": rel.source.to_string(),
-           "sourceLabel": source_label, "targetId": rel.target.to_string(),
-           "targetLabel": target_label, "type": rel.rel_type, "properties": props})
+/// A relationship with its endpoints' labels. Serializes as BEHAVIOUR.md §3's relationship
+/// JSON `{id, sourceId, sourceLabel, targetId, targetLabel, type, properties}`, in its stored
+/// orientation, straight to the output (no intermediate JSON tree).
+#[derive(Debug, Clone)]
+pub struct RelationshipView {
+    pub rel: Relationship,
+    pub source_label: String,
+    pub target_label: String,
+}
+
+impl Serialize for RelationshipView {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = &self.rel;
+        let mut buf = uuid::Uuid::encode_buffer();
+        let mut m = s.serialize_map(Some(7))?;
+        m.serialize_entry("id", r.id.hyphenated().encode_lower(&mut buf))?;
+        m.serialize_entry("sourceId", r.source.hyphenated().encode_lower(&mut buf))?;
+        m.serialize_entry("sourceLabel", &self.source_label)?;
+        m.serialize_entry("targetId", r.target.hyphenated().encode_lower(&mut buf))?;
+        m.serialize_entry("targetLabel", &self.target_label)?;
+        m.serialize_entry("type", &r.rel_type)?;
+        m.serialize_entry("properties", &r.props)?;
+        m.end()
+    }
 }
 
 /// The `response` object of a successful operation.

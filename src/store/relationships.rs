@@ -123,6 +123,11 @@ fn scan_adjacency<R: KvRead + ?Sized>(
         None => &[Direction::Out, Direction::In],
     };
     let mut go = true;
+    if f.dir.is_none() && f.types.is_empty() {
+        // Both directions, every type: one range (out entries sort before in entries).
+        let p = Key::tenant(tenant, keys::ADJACENCY).uuid(node).0;
+        return kv.scan_prefix(&p, false, visit);
+    }
     for d in dirs {
         let base = Key::tenant(tenant, keys::ADJACENCY).uuid(node).u8(*d as u8);
         let prefixes: Vec<Vec<u8>> = if f.types.is_empty() {

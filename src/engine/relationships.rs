@@ -18,6 +18,7 @@ use crate::query::filter::{self, Filter, NoGraph};
 use crate::query::order::{self, OrderKey};
 use crate::query::traverse::Walker;
 use crate::query::{check_label, paging};
+use crate::store::keys::Key;
 use crate::store::kv::KvRead;
 use crate::store::records::{self as rstore, WriteOp, WriteOutcome};
 use crate::store::relationships::{self as rels, EdgeFilter, LinkRel, UnlinkRel};
@@ -314,8 +315,85 @@ impl Engine {
     }
 }
 
+/// A side's key values from the property index, without reading records: (encoded value,
+/// record id) in value order within each property type (one entry per array element). The
+/// encoding is the index key's (`Key::scalar`): type-strict, one numeric order.
+fn key_entries<R: KvRead>(kv: &R, t: u64, label: &str, key: &str) -> Result<Vec<(Vec<u8>, Uuid)>> {
+    let mut pids = Vec::new();
+    kv.scan_prefix(
+        &Key::tenant(t, keys::PROP_BY_NAME).str(key).0,
+        false,
+        // The escaped name ends with its terminator: only this exact name, any type.
+        &mut |_, v| {
+            pids.push(codec::decode_uuid(v)?);
+            Ok(true)
+        },
+    )?;
+    let mut out = Vec::new();
+    for pid in pids {
+        let prefix = Key::tenant(t, keys::PROP_INDEX).uuid(&pid).str(label).0;
+        kv.scan_prefix(&prefix, false, &mut |k, _| {
+            let cut = k
+                .len()
+                .checked_sub(16)
+                .filter(|c| *c >= prefix.len())
+                .ok_or_else(|| Error::internal("corrupt index key"))?;
+            let id =
+                Uuid::from_slice(&k[cut..]).map_err(|_| Error::internal("corrupt index key"))?;
+            out.push((k[prefix.len()..cut].to_vec(), id));
+            Ok(true)
+        })?;
+    }
+    Ok(out)
+}
+
 /// Matching (source, target) pairs of a bulk selector, never a record with itself.
 fn bulk_pairs<R: KvRead>(kv: &R, t: u64, src: &Side, tgt: &Side) -> Result<Vec<(Uuid, Uuid)>> {
+    let too_many = || {
+        Error::invalid(format!(
+            "the selectors match more than {MAX_BULK_PAIRS} pairs; narrow source.where or target.where"
+        ))
+    };
+    // A key join without filters is a join of two property index runs: no record is read.
+    if let (Some(sk), Some(tk), Filter::True, Filter::True) =
+        (&src.key, &tgt.key, &src.filter, &tgt.filter)
+    {
+        let mut a = key_entries(kv, t, &src.label, sk)?;
+        let mut b = key_entries(kv, t, &tgt.label, tk)?;
+        a.sort_unstable();
+        b.sort_unstable();
+        let mut pairs = Vec::new();
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            match a[i].0.cmp(&b[j].0) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    let v = &a[i].0;
+                    let j_end = j + b[j..].iter().take_while(|e| e.0 == *v).count();
+                    while i < a.len() && a[i].0 == *v {
+                        for e in &b[j..j_end] {
+                            if a[i].1 != e.1 {
+                                pairs.push((a[i].1, e.1));
+                                if pairs.len() > MAX_BULK_PAIRS * 2 {
+                                    return Err(too_many());
+                                }
+                            }
+                        }
+                        i += 1;
+                    }
+                    j = j_end;
+                }
+            }
+        }
+        // Array elements can match the same pair twice.
+        pairs.sort_unstable();
+        pairs.dedup();
+        if pairs.len() > MAX_BULK_PAIRS {
+            return Err(too_many());
+        }
+        return Ok(pairs);
+    }
     let collect = |s: &Side| -> Result<Vec<Record>> {
         let fields: Vec<&str> = s.key.iter().map(String::as_str).collect();
         let mut out = Vec::new();
@@ -333,11 +411,6 @@ fn bulk_pairs<R: KvRead>(kv: &R, t: u64, src: &Side, tgt: &Side) -> Result<Vec<(
         Ok(out)
     };
     let (sources, targets) = (collect(src)?, collect(tgt)?);
-    let too_many = || {
-        Error::invalid(format!(
-            "the selectors match more than {MAX_BULK_PAIRS} pairs; narrow source.where or target.where"
-        ))
-    };
     let mut pairs = Vec::new();
     match (&src.key, &tgt.key) {
         (Some(sk), Some(tk)) => {

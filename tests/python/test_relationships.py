@@ -397,6 +397,47 @@ def test_bulk_key_is_type_strict_and_never_links_a_record_to_itself(api):
     assert pairs == {(a, b), (b, a)}
 
 
+def test_bulk_key_join_from_the_index_equals_the_record_path_and_a_reference(api):
+    """create-many by key without filters joins the two property index runs; with a filter it
+    reads records. Both give the reference pairs: one numeric order (1 == 1.0), type-strict,
+    array elements each a key, each pair once, never a record with itself."""
+    import random
+    rnd = random.Random(7)
+    pool = [1, 2, 2.0, 3.5, "1", "2", "x", True]
+
+    def val():
+        v = rnd.choice(pool)
+        return [rnd.choice(pool) for _ in range(rnd.randint(0, 3))] if rnd.random() < 0.3 else v
+
+    def norm(v):
+        if isinstance(v, bool):
+            return ("b", v)
+        if isinstance(v, (int, float)):
+            return ("n", float(v))
+        return ("s", v)
+
+    src = {api.create("KS", {"k": val(), "tag": 1}): None for _ in range(25)}
+    tgt = {api.create("KT", {"j": val(), "tag": 1}): None for _ in range(25)}
+    recs = {x["__id"]: x for x in api.post("/api/v1/records/search", {"labels": ["KS", "KT"], "limit": 100}).json()["data"]["data"]}
+    keys = lambda rid, f: {norm(e) for e in (recs[rid][f] if isinstance(recs[rid][f], list) else [recs[rid][f]])}
+    want = {(a, b) for a in src for b in tgt if keys(a, "k") & keys(b, "j")}
+    assert want, "the data should give some pairs"
+
+    def run(ty, where):
+        body = {"source": {"label": "KS", "key": "k"}, "target": {"label": "KT", "key": "j"}, "type": ty}
+        if where:
+            body["source"]["where"] = {"tag": 1}
+            body["target"]["where"] = {"tag": 1}
+        r = api.post("/api/v1/relationships/create-many", body)
+        assert r.status_code == 201, r.text
+        got = [(x["sourceId"], x["targetId"]) for x in rel_search(api, {"where": {"type": ty}, "limit": 1000})["data"]]
+        assert len(got) == len(set(got)) == r.json()["data"]["count"]
+        return set(got)
+
+    assert run("BY_INDEX", False) == want
+    assert run("BY_RECORDS", True) == want
+
+
 @pytest.mark.parametrize("body,needle", [
     ({"targetIds": []}, "targetIds"),
     ({"targetIds": [""]}, "targetIds[0]"),

@@ -8,7 +8,7 @@ use super::kv::{KvRead, Overlay};
 use super::relationships::{LinkRel, UnlinkRel};
 use crate::error::{Error, Result};
 use crate::model::{infer::PropWrites, PropType, PropValue, Record};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use uuid::Uuid;
 
 /// How a put treats the record's existing properties.
@@ -304,6 +304,13 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     pub dropped: Option<String>,
     /// Property ids resolved in this batch (metadata is only dropped in `finish`).
     prop_ids: HashMap<(String, PropType), Uuid>,
+    /// Relationships this batch created, by (source, type, target); and, per relationship
+    /// counter key, whether the counter was 0 before the batch. Together they let a unique
+    /// link skip its adjacency scan (`store::relationships`, `link`).
+    pub(super) created: HashSet<(Uuid, String, Uuid)>,
+    pub(super) none_before: HashMap<Vec<u8>, bool>,
+    /// This batch removed a relationship or changed a record's label.
+    pub(super) reshaped: bool,
 }
 
 impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
@@ -320,6 +327,9 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             labels: HashMap::new(),
             dropped: None,
             prop_ids: HashMap::new(),
+            created: HashSet::new(),
+            none_before: HashMap::new(),
+            reshaped: false,
         }
     }
 

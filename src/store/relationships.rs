@@ -379,6 +379,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
 
     /// Removes a relationship, its adjacency entries and its count.
     fn remove_relationship(&mut self, rel: &Relationship) -> Result<()> {
+        self.reshaped = true;
         let t = self.tenant;
         let (sl, tl) = (self.label_of(&rel.source)?, self.label_of(&rel.target)?);
         self.ov.delete(rel_key(t, &rel.id));
@@ -401,10 +402,40 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         self.add_count(count_key(t, &sl, &rel.rel_type, &tl), -1)
     }
 
+    /// Whether a unique link of (source, type, target) may skip its adjacency scan: no
+    /// relationship of this type between these labels existed before the batch (the counter
+    /// was 0; it counts by the endpoints' current labels, and no label changed in this batch),
+    /// none was removed in this batch, and this batch created none for this triple. Then no
+    /// such relationship exists.
+    fn surely_new(&mut self, ck: &[u8], l: &LinkRel) -> Result<bool> {
+        if self.reshaped {
+            return Ok(false);
+        }
+        let zero = match self.none_before.get(ck) {
+            Some(z) => *z,
+            None => {
+                let z = self
+                    .ov
+                    .get(ck)?
+                    .map(|v| codec::decode_u64(&v))
+                    .transpose()?
+                    .unwrap_or(0)
+                    == 0;
+                self.none_before.insert(ck.to_vec(), z);
+                z
+            }
+        };
+        Ok(zero
+            && !self
+                .created
+                .contains(&(l.source, l.rel_type.clone(), l.target)))
+    }
+
     /// Creates (or, when unique and present, re-props) one relationship. Returns 1.
     pub(super) fn link(&mut self, l: LinkRel) -> Result<u64> {
         let (sl, tl) = (self.label_of(&l.source)?, self.label_of(&l.target)?);
-        if l.unique {
+        let ck = count_key(self.tenant, &sl, &l.rel_type, &tl);
+        if l.unique && !self.surely_new(&ck, &l)? {
             let mut existing = None;
             edges(
                 &*self.ov,
@@ -441,6 +472,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             props: l.props,
         };
         self.put_relationship(&rel, (&sl, &tl), true)?;
+        self.created
+            .insert((rel.source, rel.rel_type.clone(), rel.target));
         Ok(1)
     }
 
@@ -482,6 +515,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
     /// rewrites the adjacency entries that carry its label (those under its neighbours; both
     /// of a self-loop's).
     pub(super) fn relabel_edges(&mut self, node: &Uuid, from: &str, to: &str) -> Result<()> {
+        self.reshaped = true;
         let t = self.tenant;
         for a in node_edges(&*self.ov, t, node)? {
             let Adjacent {

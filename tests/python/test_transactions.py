@@ -421,3 +421,44 @@ def test_kill_during_commits_leaves_each_transaction_whole(engine):
     assert all(sorted(p) == [0, 1, 2] for p in parts.values()), {k: v for k, v in parts.items() if sorted(v) != [0, 1, 2]}
     assert acked, "no transaction committed before the kills"
     assert set(acked) <= set(parts), "an acknowledged commit was lost"
+
+
+def test_links_in_one_commit_stay_one_per_pair_and_type(module_api):
+    """Attach keeps one relationship per (source, target, type) when one commit holds the
+    attach twice, a retype of an endpoint before it (the relationship then counts under the
+    old label), or a detach and two re-attaches: the writer's shortcut for links that are new
+    by their counters must not apply to any of these."""
+    api = module_api
+    label, other = unique("TXL"), unique("TXM")
+    s, t, u = api.create(label, {"n": 1}), api.create(label, {"n": 2}), api.create(other, {"n": 3})
+
+    def attach(a, b):
+        return lambda tx: ("POST", f"/api/v1/records/{a}/relationships", {"targetIds": b, "type": "KNOWS"})
+
+    def run(*stages):
+        tx = begin(api, ttl=10000)
+        for st in stages:
+            method, path, body = st(tx)
+            r = in_tx(api, tx, method, path, body)
+            assert r.status_code in (200, 201), r.text
+        r = commit(api, tx)
+        assert r.status_code == 200, r.text
+
+    def knows(a, b):
+        r = api.get(f"/api/v1/records/{a}/relationships")
+        assert r.status_code == 200, r.text
+        return sum(1 for x in r.json()["data"]["data"] if x["type"] == "KNOWS" and (x["sourceId"], x["targetId"]) == (a, b))
+
+    # twice in one commit, the counter (label, KNOWS, label) being 0 before it
+    run(attach(s, t), attach(s, t), attach(s, u))
+    assert (knows(s, t), knows(s, u)) == (1, 1)
+    # a retype of the source first: (other, KNOWS, label) is 0, yet s -> t exists
+    run(lambda tx: ("PATCH", f"/api/v1/records/{s}", {"label": other}), attach(s, t))
+    assert knows(s, t) == 1
+    # a detach first, then two attaches
+    run(lambda tx: ("PUT", f"/api/v1/records/{s}/relationships", {"targetIds": t, "typeOrTypes": "KNOWS"}),
+        attach(s, t), attach(s, t))
+    assert knows(s, t) == 1
+    r = api.protocol({"kind": "describe", "describe": {"kind": "schema"}})
+    counts = {(x["sourceLabel"], x["type"], x["targetLabel"]): x["count"] for x in r.json()["response"]["schema"]["relationships"]}
+    assert counts[(other, "KNOWS", label)] == 1 and counts[(other, "KNOWS", other)] == 1

@@ -435,6 +435,7 @@ impl Store {
         let mut txn = db.begin_write()?;
         txn.set_quick_repair(true);
         let mut upgrade = false;
+        let mut upgraded = None;
         let (last_seq, tenants, replayed) = {
             let mut t = txn.open_table(KV)?;
             let fmt = Key::system(keys::SYS_FORMAT).0;
@@ -485,20 +486,6 @@ impl Store {
                 }
                 replayed += 1;
             }
-            // After the replay (the log holds writes of the old format too), in the same
-            // transaction: a crash leaves the old version and the log as they were.
-            if upgrade {
-                let started = std::time::Instant::now();
-                let (done, left) = relationships::upgrade_adjacency_from_v1(&mut t, 65_536)?;
-                t.insert(
-                    fmt.as_slice(),
-                    codec::encode_u64(STORAGE_FORMAT_VERSION).as_slice(),
-                )?;
-                crate::log::info(&format!(
-                    "upgraded the store from storage format version {UPGRADES_FROM} to {STORAGE_FORMAT_VERSION}: {done} adjacency entries rewritten ({left} without a relationship or endpoint left as they were) in {:.1} s",
-                    started.elapsed().as_secs_f64()
-                ));
-            }
             let stored = match KvRead::get(&t, Key::system(keys::SYS_MODE).bytes())? {
                 Some(v) => codec::decode_u64(&v)?,
                 None => return Err(startup("store has no tenancy mode")),
@@ -515,6 +502,18 @@ impl Store {
                     created.describe(),
                     mode.describe()
                 )));
+            }
+            // After the replay (the log holds writes of the old format too) and the mode
+            // check, in the same transaction: a crash leaves the old version and the log as
+            // they were.
+            if upgrade {
+                let started = std::time::Instant::now();
+                let (done, dropped) = relationships::upgrade_adjacency_from_v1(&mut t, 65_536)?;
+                t.insert(
+                    fmt.as_slice(),
+                    codec::encode_u64(STORAGE_FORMAT_VERSION).as_slice(),
+                )?;
+                upgraded = Some((done, dropped, started));
             }
             let last_seq = KvRead::get(&t, Key::system(keys::SYS_COMMIT_SEQ).bytes())?
                 .map(|v| codec::decode_u64(&v))
@@ -538,6 +537,12 @@ impl Store {
         };
         txn.commit()?;
         wal.reset();
+        if let Some((done, dropped, started)) = upgraded {
+            crate::log::info(&format!(
+                "upgraded the store from storage format version {UPGRADES_FROM} to {STORAGE_FORMAT_VERSION}: {done} adjacency entries rewritten, {dropped} without a relationship or endpoint removed, relationship counters recomputed, in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ));
+        }
         if replayed > 0 {
             crate::log::info(&format!(
                 "replayed {replayed} commit group(s) from the redo log"

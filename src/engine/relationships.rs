@@ -375,8 +375,13 @@ fn bulk_pairs<R: KvRead>(kv: &R, t: u64, src: &Side, tgt: &Side) -> Result<Vec<(
                         for e in &b[j..j_end] {
                             if a[i].1 != e.1 {
                                 pairs.push((a[i].1, e.1));
+                                // Array elements can repeat a pair: count distinct ones.
                                 if pairs.len() > MAX_BULK_PAIRS * 2 {
-                                    return Err(too_many());
+                                    pairs.sort_unstable();
+                                    pairs.dedup();
+                                    if pairs.len() > MAX_BULK_PAIRS {
+                                        return Err(too_many());
+                                    }
                                 }
                             }
                         }
@@ -386,7 +391,6 @@ fn bulk_pairs<R: KvRead>(kv: &R, t: u64, src: &Side, tgt: &Side) -> Result<Vec<(
                 }
             }
         }
-        // Array elements can match the same pair twice.
         pairs.sort_unstable();
         pairs.dedup();
         if pairs.len() > MAX_BULK_PAIRS {

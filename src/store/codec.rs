@@ -408,13 +408,6 @@ pub fn encode_adjacency(other_label: &str, rel: &Relationship) -> Vec<u8> {
     out
 }
 
-/// The other end's label of an adjacency value, without decoding the rest.
-pub fn decode_adjacency_label(b: &[u8]) -> Result<String> {
-    let mut r = Reader { b };
-    check_format(&mut r)?;
-    r.string()
-}
-
 /// An adjacency value: the other end's label and the relationship (`source` and `target`
 /// come from the key).
 pub fn decode_adjacency(

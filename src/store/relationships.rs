@@ -242,14 +242,16 @@ pub fn scan_relationships<R: KvRead + ?Sized>(
 
 /// Storage format 1 -> 2: gives every adjacency entry of every tenant (purged ones whose keys
 /// are still being reclaimed included) its value, from the relationship it names and the
-/// label of the record at its other end. An entry whose relationship or other end is missing
-/// (none should be) is left as it is and counted. Runs inside the caller's write transaction,
-/// `chunk` entries at a time. Returns (entries rewritten, entries left).
+/// label of the record at its other end; removes an entry whose relationship or other end is
+/// missing (none should be: it would break the invariant above); and recomputes the
+/// relationship counters from the entries kept (the writer's link shortcut relies on them).
+/// Runs inside the caller's write transaction, `chunk` entries at a time. Returns (entries
+/// rewritten, entries removed).
 pub fn upgrade_adjacency_from_v1(
     t: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
     chunk: usize,
 ) -> Result<(u64, u64)> {
-    let (mut done, mut left) = (0u64, 0u64);
+    let (mut done, mut dropped) = (0u64, 0u64);
     let mut from = vec![keys::TENANT];
     loop {
         // The next tenant with keys.
@@ -264,46 +266,82 @@ pub fn upgrade_adjacency_from_v1(
         let prefix = Key::tenant(tenant, keys::ADJACENCY).0;
         let end = keys::prefix_end(&prefix);
         let mut start = prefix.clone();
+        // Relationship counters, from the out entries kept; the last source's label.
+        let mut counts: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+        let mut source: Option<(Uuid, String)> = None;
         loop {
-            let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
             let mut last = None;
             let ro: &redb::Table<'_, &'static [u8], &'static [u8]> = t;
+            let label = |id: &Uuid| -> Result<Option<String>> {
+                Ok(ro
+                    .get(&record_key(tenant, id))?
+                    .map(|v| codec::decode_record_fields(*id, &v, Some(&[])))
+                    .transpose()?
+                    .map(|r| r.label))
+            };
             ro.scan(&start, &end, false, &mut |k, _| {
                 last = Some(k.to_vec());
                 let e = parse_edge(k)?;
                 let node = Uuid::from_slice(&k[ADJ_NODE_AT..ADJ_NODE_AT + 16])
                     .map_err(|_| Error::internal("corrupt adjacency key"))?;
-                let rel = get_relationship(ro, tenant, &e.rel)?;
-                let other = ro
-                    .get(&record_key(tenant, &e.other))?
-                    .map(|v| codec::decode_record_fields(e.other, &v, Some(&[])))
-                    .transpose()?;
-                match (rel, other) {
+                let value = match (get_relationship(ro, tenant, &e.rel)?, label(&e.other)?) {
                     (Some(rel), Some(other)) if rel.source == node || rel.target == node => {
-                        batch.push((k.to_vec(), codec::encode_adjacency(&other.label, &rel)))
+                        if e.dir == Direction::Out {
+                            if source.as_ref().is_none_or(|(n, _)| *n != node) {
+                                source = label(&node)?.map(|l| (node, l));
+                            }
+                            if let Some((_, sl)) = &source {
+                                *counts
+                                    .entry(count_key(tenant, sl, &e.rel_type, &other))
+                                    .or_default() += 1;
+                            }
+                        }
+                        Some(codec::encode_adjacency(&other, &rel))
                     }
-                    _ => left += 1,
-                }
-                Ok(batch.len() < chunk)
+                    _ => None,
+                };
+                ops.push((k.to_vec(), value));
+                Ok(ops.len() < chunk)
             })?;
-            for (k, v) in &batch {
-                t.insert(k.as_slice(), v.as_slice())?;
+            for (k, v) in &ops {
+                match v {
+                    Some(v) => {
+                        t.insert(k.as_slice(), v.as_slice())?;
+                        done += 1;
+                    }
+                    None => {
+                        t.remove(k.as_slice())?;
+                        dropped += 1;
+                    }
+                }
             }
-            done += batch.len() as u64;
             match last {
-                Some(mut k) if batch.len() >= chunk => {
+                Some(mut k) if ops.len() >= chunk => {
                     k.push(0); // the next key after `k`
                     start = k;
                 }
                 _ => break,
             }
         }
+        let count_prefix = Key::tenant(tenant, keys::REL_COUNT).0;
+        let mut stale = Vec::new();
+        t.scan_prefix(&count_prefix, false, &mut |k, _| {
+            stale.push(k.to_vec());
+            Ok(true)
+        })?;
+        for k in stale {
+            t.remove(k.as_slice())?;
+        }
+        for (k, n) in counts {
+            t.insert(k.as_slice(), codec::encode_u64(n).as_slice())?;
+        }
         if tenant == u64::MAX {
             break;
         }
         from = Key::tenant_space(tenant + 1).0;
     }
-    Ok((done, left))
+    Ok((done, dropped))
 }
 
 /// A relationship to create (`unique`: reuse an existing one of the same source, target and
@@ -507,8 +545,18 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
 
     /// Removes every relationship of a record (before the record itself goes).
     pub(super) fn detach_all(&mut self, node: &Uuid) -> Result<u64> {
-        let ids = node_edges(&*self.ov, self.tenant, node)?;
-        self.remove_by_ids(ids.into_iter().map(|a| a.edge.rel).collect())
+        let mut ids = Vec::new();
+        edges(
+            &*self.ov,
+            self.tenant,
+            node,
+            &EdgeFilter::default(),
+            &mut |e| {
+                ids.push(e.rel);
+                Ok(true)
+            },
+        )?;
+        self.remove_by_ids(ids)
     }
 
     /// A record's label changes from `from` to `to`: moves its relationship counters, and

@@ -238,6 +238,18 @@ async fn adjacency_values_stay_current_and_a_v1_store_is_upgraded() {
             for k in adj {
                 t.insert(k.as_slice(), codec::MARKER).unwrap();
             }
+            // A dangling entry (no such relationship) and a counter that drifted.
+            let mut dangling = Key::tenant(0, keys::ADJACENCY).uuid(&b).u8(0).str("GONE").0;
+            dangling.extend_from_slice(c.as_bytes());
+            dangling.extend_from_slice(Uuid::now_v7().as_bytes());
+            t.insert(dangling.as_slice(), codec::MARKER).unwrap();
+            let t_count = Key::tenant(0, keys::REL_COUNT)
+                .str("A2")
+                .str("T")
+                .str("B")
+                .0;
+            t.insert(t_count.as_slice(), codec::encode_u64(0).as_slice())
+                .unwrap();
             t.insert(
                 Key::system(keys::SYS_FORMAT).bytes(),
                 codec::encode_u64(1).as_slice(),
@@ -247,6 +259,15 @@ async fn adjacency_values_stay_current_and_a_v1_store_is_upgraded() {
         txn.commit().unwrap();
     }
     let store = Store::open(dir.path(), TenancyMode::Single).unwrap();
+    // The dangling entry is gone and the counters are recomputed from the entries.
+    assert_eq!(
+        rels::rel_counts(&store.snapshot().unwrap(), 0).unwrap(),
+        vec![
+            ("A2".into(), "SELF".into(), "A2".into(), 1),
+            ("A2".into(), "T".into(), "B".into(), 1),
+            ("C".into(), "U".into(), "A2".into(), 1),
+        ]
+    );
     assert_eq!(assert_adjacency_current(&store, &a), 4);
     assert_eq!(assert_adjacency_current(&store, &b), 1);
     assert_eq!(assert_adjacency_current(&store, &c), 1);

@@ -175,6 +175,7 @@ impl Engine {
         }
         let link = |source, target, unique| {
             WriteOp::Link(LinkRel {
+                seen: None,
                 source,
                 target,
                 rel_type: o.relationship_type.clone(),

@@ -21,10 +21,11 @@ use crate::query::{check_label, paging};
 use crate::store::keys::Key;
 use crate::store::kv::KvRead;
 use crate::store::records::{self as rstore, WriteOp, WriteOutcome};
-use crate::store::relationships::{self as rels, EdgeFilter, LinkRel, UnlinkRel};
+use crate::store::relationships::{self as rels, EdgeFilter, LinkRel, SeenLabels, UnlinkRel};
 use crate::store::{codec, keys, Tenant};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// Most relationships one bulk link or unlink may touch (a cartesian product grows fast).
@@ -164,6 +165,7 @@ impl Engine {
                     Direction::In => (*t, *s),
                 };
                 ops.push(WriteOp::Link(LinkRel {
+                    seen: None,
                     source,
                     target,
                     rel_type: ty.clone(),
@@ -229,12 +231,20 @@ impl Engine {
             return Ok(Outcome::Affected(0));
         };
         let store = self.store.clone();
-        let pairs = tokio::task::spawn_blocking(move || -> Result<Vec<(Uuid, Uuid)>> {
-            let snap = store.snapshot()?;
-            bulk_pairs(&snap, t, &src, &tgt)
-        })
-        .await
-        .map_err(|e| Error::internal(format!("bulk link task failed: {e}")))??;
+        let labels = (src.label.clone(), tgt.label.clone());
+        let (pairs, as_of) =
+            tokio::task::spawn_blocking(move || -> Result<(Vec<(Uuid, Uuid)>, u64)> {
+                let snap = store.snapshot()?;
+                // The snapshot's commit sequence: its newest group's `SYS_COMMIT_SEQ` write.
+                let as_of = snap
+                    .get(keys::Key::system(keys::SYS_COMMIT_SEQ).bytes())?
+                    .map(|v| codec::decode_u64(&v))
+                    .transpose()?
+                    .unwrap_or(0);
+                Ok((bulk_pairs(&snap, t, &src, &tgt)?, as_of))
+            })
+            .await
+            .map_err(|e| Error::internal(format!("bulk link task failed: {e}")))??;
         if pairs.is_empty() {
             return Ok(Outcome::Affected(0));
         }
@@ -259,14 +269,22 @@ impl Engine {
                 .collect()
         } else {
             let ty = ty.unwrap_or_else(|| DEFAULT_RELATION_TYPE.to_string());
+            // Every pair's endpoints carry their side's label (the selectors are per label);
+            // the batch is links alone (`SeenLabels`).
+            let (sl, gl): (Arc<str>, Arc<str>) = (labels.0.into(), labels.1.into());
             pairs
                 .into_iter()
                 .map(|(s, g)| {
-                    let (source, target) = match dir {
-                        Direction::Out => (s, g),
-                        Direction::In => (g, s),
+                    let (source, target, seen) = match dir {
+                        Direction::Out => (s, g, (sl.clone(), gl.clone())),
+                        Direction::In => (g, s, (gl.clone(), sl.clone())),
                     };
                     WriteOp::Link(LinkRel {
+                        seen: Some(SeenLabels {
+                            source: seen.0,
+                            target: seen.1,
+                            as_of,
+                        }),
                         source,
                         target,
                         rel_type: ty.clone(),

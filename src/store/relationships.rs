@@ -353,6 +353,20 @@ pub struct LinkRel {
     pub rel_type: String,
     pub props: BTreeMap<String, PropValue>,
     pub unique: bool,
+    /// The endpoints' labels as a bulk link read them (None: the writer reads them).
+    pub seen: Option<SeenLabels>,
+}
+
+/// The (source, target) labels of a link as read on the snapshot of commit sequence `as_of`.
+/// The writer takes them instead of reading both records when the link's batch is stamped
+/// `as_of + 1`: it then applies right on that snapshot's state (no batch committed in
+/// between), so both records exist with these labels. Invariant: only batches made of links
+/// alone carry them (an earlier op of the same batch could otherwise change a label).
+#[derive(Debug, Clone)]
+pub struct SeenLabels {
+    pub source: std::sync::Arc<str>,
+    pub target: std::sync::Arc<str>,
+    pub as_of: u64,
 }
 
 /// Relationships to remove between one record and others: `dir` as seen from `node`
@@ -471,7 +485,10 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
 
     /// Creates (or, when unique and present, re-props) one relationship. Returns 1.
     pub(super) fn link(&mut self, l: LinkRel) -> Result<u64> {
-        let (sl, tl) = (self.label_of(&l.source)?, self.label_of(&l.target)?);
+        let (sl, tl) = match &l.seen {
+            Some(s) if self.seq == s.as_of + 1 => (s.source.to_string(), s.target.to_string()),
+            _ => (self.label_of(&l.source)?, self.label_of(&l.target)?),
+        };
         let ck = count_key(self.tenant, &sl, &l.rel_type, &tl);
         if l.unique && !self.surely_new(&ck, &l)? {
             let mut existing = None;

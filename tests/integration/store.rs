@@ -174,6 +174,7 @@ async fn adjacency_values_stay_current_and_a_v1_store_is_upgraded() {
     let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
     let link = |s: Uuid, t: Uuid, ty: &str, w: i64| {
         WriteOp::Link(rels::LinkRel {
+            seen: None,
             source: s,
             target: t,
             rel_type: ty.into(),
@@ -280,6 +281,75 @@ async fn adjacency_values_stay_current_and_a_v1_store_is_upgraded() {
         codec::decode_u64(&v).unwrap(),
         engine::store::STORAGE_FORMAT_VERSION
     );
+}
+
+/// A bulk link's labels, read on a snapshot, are used only when its batch applies right on
+/// that snapshot's state: after a retype in between, the writer reads the records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seen_labels_are_used_only_on_the_state_they_were_read_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), TenancyMode::Single).unwrap();
+    let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    store
+        .write(
+            Tenant::Single,
+            vec![
+                create(a, "A", &[]),
+                create(b, "B", &[]),
+                create(c, "B", &[]),
+            ],
+        )
+        .await
+        .unwrap();
+    let as_of = || {
+        let v = store
+            .snapshot()
+            .unwrap()
+            .get(Key::system(keys::SYS_COMMIT_SEQ).bytes())
+            .unwrap()
+            .unwrap();
+        codec::decode_u64(&v).unwrap()
+    };
+    let link = |t: Uuid, seen: u64| {
+        WriteOp::Link(rels::LinkRel {
+            source: a,
+            target: t,
+            rel_type: "T".into(),
+            props: Default::default(),
+            unique: true,
+            seen: Some(rels::SeenLabels {
+                source: "A".into(),
+                target: "B".into(),
+                as_of: seen,
+            }),
+        })
+    };
+    // Read on the current state: taken as they are.
+    let now = as_of();
+    store
+        .write(Tenant::Single, vec![link(b, now)])
+        .await
+        .unwrap();
+    // A retype commits after the labels were read: the writer reads the record instead.
+    let before = as_of();
+    store
+        .write(
+            Tenant::Single,
+            vec![WriteOp::Retype {
+                id: a,
+                from: "A".into(),
+                to: "A2".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    store
+        .write(Tenant::Single, vec![link(c, before)])
+        .await
+        .unwrap();
+    let counts = rels::rel_counts(&store.snapshot().unwrap(), 0).unwrap();
+    assert_eq!(counts, vec![("A2".into(), "T".into(), "B".into(), 2)]);
+    assert_eq!(assert_adjacency_current(&store, &a), 2);
 }
 
 async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {

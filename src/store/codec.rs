@@ -157,19 +157,31 @@ pub const MARKER: &[u8] = &[VALUE_FORMAT];
 /// name, type tag, array flag, element count, elements.
 pub fn encode_record(rec: &Record) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
+    put_record(&mut out, rec.row, rec.version, &rec.label, &rec.props);
+    out
+}
+
+/// Appends the record layout (format byte included) of the given parts.
+fn put_record(
+    out: &mut Vec<u8>,
+    row: u64,
+    version: u64,
+    label: &str,
+    props: &BTreeMap<String, PropValue>,
+) {
     out.push(VALUE_FORMAT);
-    out.extend_from_slice(&rec.row.to_be_bytes());
-    out.extend_from_slice(&rec.version.to_be_bytes());
-    put_bytes(&mut out, rec.label.as_bytes());
-    put_varint(&mut out, rec.props.len() as u64);
-    for (name, v) in &rec.props {
-        put_bytes(&mut out, name.as_bytes());
+    out.extend_from_slice(&row.to_be_bytes());
+    out.extend_from_slice(&version.to_be_bytes());
+    put_bytes(out, label.as_bytes());
+    put_varint(out, props.len() as u64);
+    for (name, v) in props {
+        put_bytes(out, name.as_bytes());
         out.push(v.ty as u8);
         out.push(u8::from(v.array));
-        put_varint(&mut out, v.items.len() as u64);
+        put_varint(out, v.items.len() as u64);
         for item in &v.items {
             match item {
-                Scalar::Str(s) => put_bytes(&mut out, s.as_bytes()),
+                Scalar::Str(s) => put_bytes(out, s.as_bytes()),
                 Scalar::Int(i) => {
                     out.push(0);
                     out.extend_from_slice(&i.to_be_bytes());
@@ -182,7 +194,6 @@ pub fn encode_record(rec: &Record) -> Vec<u8> {
             }
         }
     }
-    out
 }
 
 /// Decodes the label and only the `wanted` properties (None: all of them). Filters and sort
@@ -362,22 +373,18 @@ pub fn encode_relationship(rel: &Relationship) -> Vec<u8> {
     out.push(VALUE_FORMAT);
     out.extend_from_slice(rel.source.as_bytes());
     out.extend_from_slice(rel.target.as_bytes());
-    out.extend_from_slice(&encode_record(&Record {
-        id: rel.id,
-        label: rel.rel_type.clone(),
-        row: rel.row,
-        version: rel.version,
-        props: rel.props.clone(),
-    }));
+    put_relationship_body(&mut out, rel);
     out
 }
 
-pub fn decode_relationship(id: Uuid, b: &[u8]) -> Result<Relationship> {
-    let mut r = Reader { b };
-    check_format(&mut r)?;
-    let source = Uuid::from_slice(r.take(16)?).map_err(|_| corrupt("source id"))?;
-    let target = Uuid::from_slice(r.take(16)?).map_err(|_| corrupt("target id"))?;
-    let rec = decode_record(id, r.b)?;
+/// A relationship's row, version, type and properties, in the record layout.
+fn put_relationship_body(out: &mut Vec<u8>, rel: &Relationship) {
+    put_record(out, rel.row, rel.version, &rel.rel_type, &rel.props);
+}
+
+/// The relationship whose body (`put_relationship_body`) is `b`.
+fn relationship_from_body(id: Uuid, source: Uuid, target: Uuid, b: &[u8]) -> Result<Relationship> {
+    let rec = decode_record(id, b)?;
     Ok(Relationship {
         id,
         row: rec.row,
@@ -389,6 +396,14 @@ pub fn decode_relationship(id: Uuid, b: &[u8]) -> Result<Relationship> {
     })
 }
 
+pub fn decode_relationship(id: Uuid, b: &[u8]) -> Result<Relationship> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    let source = Uuid::from_slice(r.take(16)?).map_err(|_| corrupt("source id"))?;
+    let target = Uuid::from_slice(r.take(16)?).map_err(|_| corrupt("target id"))?;
+    relationship_from_body(id, source, target, r.b)
+}
+
 /// Adjacency value (storage format 2): format, the other end's label, then the relationship's
 /// row, version, type and properties laid out as a record (`encode_record`). The ids are in
 /// the key. Invariant: both entries of a relationship carry its current body, and each
@@ -398,13 +413,7 @@ pub fn encode_adjacency(other_label: &str, rel: &Relationship) -> Vec<u8> {
     let mut out = Vec::with_capacity(48 + other_label.len() + rel.rel_type.len());
     out.push(VALUE_FORMAT);
     put_bytes(&mut out, other_label.as_bytes());
-    out.extend_from_slice(&encode_record(&Record {
-        id: rel.id,
-        label: rel.rel_type.clone(),
-        row: rel.row,
-        version: rel.version,
-        props: rel.props.clone(),
-    }));
+    put_relationship_body(&mut out, rel);
     out
 }
 
@@ -419,19 +428,7 @@ pub fn decode_adjacency(
     let mut r = Reader { b };
     check_format(&mut r)?;
     let label = r.string()?;
-    let rec = decode_record(id, r.b)?;
-    Ok((
-        label,
-        Relationship {
-            id,
-            row: rec.row,
-            version: rec.version,
-            rel_type: rec.label,
-            source,
-            target,
-            props: rec.props,
-        },
-    ))
+    Ok((label, relationship_from_body(id, source, target, r.b)?))
 }
 
 #[cfg(test)]

@@ -264,50 +264,86 @@ impl KvRead for redb::Table<'_, &'static [u8], &'static [u8]> {
 /// Pending writes over a base view. A write batch mutates only its overlay; the writer copies
 /// the overlay into the redb transaction only when the whole batch succeeded, so a failing
 /// batch never leaves a partial write in its commit group.
+///
+/// Writes land in `fresh`, in write order, and move into the sorted `writes` at the next read
+/// (or `into_writes`): a run of writes with no read between them (a bulk link) is sorted
+/// once instead of inserted into the map one by one. Invariant: every read first settles
+/// `fresh`, so reads see every earlier write; a later write of a key wins.
 pub struct Overlay<'b, R: KvRead> {
     base: &'b R,
-    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    writes: std::cell::RefCell<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+    fresh: std::cell::RefCell<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
 }
 
 impl<'b, R: KvRead> Overlay<'b, R> {
     pub fn new(base: &'b R) -> Self {
         Overlay {
             base,
-            writes: BTreeMap::new(),
+            writes: Default::default(),
+            fresh: Default::default(),
         }
     }
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.writes.insert(key, Some(value));
+        self.fresh.get_mut().push((key, Some(value)));
     }
     pub fn delete(&mut self, key: Vec<u8>) {
-        self.writes.insert(key, None);
+        self.fresh.get_mut().push((key, None));
+    }
+    /// Moves `fresh` into `writes`. No-op (and no mutable borrow of `writes`) when `fresh` is
+    /// empty, which it always is while a scan of this overlay runs (writing needs `&mut`).
+    fn settle(&self) {
+        let mut fresh = self.fresh.borrow_mut();
+        if fresh.is_empty() {
+            return;
+        }
+        let mut writes = self.writes.borrow_mut();
+        if fresh.len() == 1 || !writes.is_empty() {
+            writes.extend(fresh.drain(..));
+            return;
+        }
+        // Stable: equal keys keep their write order, and the last of each run wins.
+        fresh.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut sorted: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(fresh.len());
+        for (k, v) in fresh.drain(..) {
+            match sorted.last_mut() {
+                Some(last) if last.0 == k => last.1 = v,
+                _ => sorted.push((k, v)),
+            }
+        }
+        *writes = sorted.into_iter().collect();
     }
     pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
-        self.writes
+        self.settle();
+        self.writes.into_inner()
     }
     /// Takes another overlay's pending writes over this one (theirs win on equal keys).
     pub fn absorb(&mut self, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
-        if self.writes.is_empty() {
-            self.writes = writes;
+        self.settle();
+        let mine = self.writes.get_mut();
+        if mine.is_empty() {
+            *mine = writes;
         } else {
-            self.writes.extend(writes);
+            mine.extend(writes);
         }
     }
 }
 
 impl<R: KvRead> KvRead for Overlay<'_, R> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        match self.writes.get(key) {
-            Some(v) => Ok(v.clone()),
+        self.settle();
+        let hit = self.writes.borrow().get(key).cloned();
+        match hit {
+            Some(v) => Ok(v),
             None => self.base.get(key),
         }
     }
 
     /// Merges the base range with the pending writes (pending wins on equal keys).
     fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        self.settle();
+        let writes = self.writes.borrow();
         let pending: Vec<(&[u8], Option<&[u8]>)> = {
-            let r = self
-                .writes
+            let r = writes
                 .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
                 .map(|(k, v)| (k.as_slice(), v.as_deref()));
             if reverse {
@@ -396,6 +432,70 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    /// Writes kept unsorted until a read see the same as writes inserted one by one: the last
+    /// write of a key wins, in reads, scans and the writes handed on, with and without reads
+    /// in between.
+    #[test]
+    fn overlay_reads_see_every_earlier_write_and_the_last_wins() {
+        let base = Mem((0u8..6).map(|i| (vec![i], vec![i])).collect());
+        let mut model: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        let mut ov = Overlay::new(&base);
+        let mut x = 7u32;
+        for step in 0..400u32 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let k = vec![((x >> 8) % 12) as u8];
+            if (x >> 4) % 3 == 0 {
+                ov.delete(k.clone());
+                model.insert(k, None);
+            } else {
+                let v = vec![(step % 251) as u8, 9];
+                ov.put(k.clone(), v.clone());
+                model.insert(k, Some(v));
+            }
+            if step % 37 == 36 {
+                // A read settles the writes so far; the model says what it must see.
+                let want: Vec<(Vec<u8>, Vec<u8>)> = (0u8..12)
+                    .filter_map(|i| {
+                        let k = vec![i];
+                        match model.get(&k) {
+                            Some(v) => v.clone().map(|v| (k, v)),
+                            None => base.0.get(&k).map(|v| (k, v.clone())),
+                        }
+                    })
+                    .collect();
+                let mut got = Vec::new();
+                ov.scan(&[0], &[12], false, &mut |k, v| {
+                    got.push((k.to_vec(), v.to_vec()));
+                    Ok(true)
+                })
+                .unwrap();
+                assert_eq!(got, want, "step {step}");
+                for (k, v) in &want {
+                    assert_eq!(ov.get(k).unwrap().as_ref(), Some(v));
+                }
+            }
+        }
+        // Writes with no read at all are sorted once when handed on.
+        let mut unread = Overlay::new(&base);
+        for (k, v) in [(3u8, 1u8), (1, 2), (3, 3), (2, 4), (1, 5)] {
+            unread.put(vec![k], vec![v]);
+        }
+        unread.delete(vec![2]);
+        let expect_unread: BTreeMap<Vec<u8>, Option<Vec<u8>>> = [
+            (vec![1], Some(vec![5])),
+            (vec![2], None),
+            (vec![3], Some(vec![3])),
+        ]
+        .into();
+        assert_eq!(unread.into_writes(), expect_unread);
+        let mut merged = Overlay::new(&base);
+        merged.put(vec![1], vec![42]);
+        merged.absorb(ov.into_writes());
+        let mut expect = model.clone();
+        expect.entry(vec![1]).or_insert(Some(vec![42]));
+        assert_eq!(merged.into_writes(), expect);
     }
 
     #[test]

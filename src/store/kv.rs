@@ -272,8 +272,11 @@ impl KvRead for redb::Table<'_, &'static [u8], &'static [u8]> {
 pub struct Overlay<'b, R: KvRead> {
     base: &'b R,
     writes: std::cell::RefCell<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
-    fresh: std::cell::RefCell<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
+    fresh: std::cell::RefCell<Vec<KeyWrite>>,
 }
+
+/// A key and its new value (None: deleted).
+type KeyWrite = (Vec<u8>, Option<Vec<u8>>);
 
 impl<'b, R: KvRead> Overlay<'b, R> {
     pub fn new(base: &'b R) -> Self {
@@ -303,7 +306,7 @@ impl<'b, R: KvRead> Overlay<'b, R> {
         }
         // Stable: equal keys keep their write order, and the last of each run wins.
         fresh.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut sorted: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(fresh.len());
+        let mut sorted: Vec<KeyWrite> = Vec::with_capacity(fresh.len());
         for (k, v) in fresh.drain(..) {
             match sorted.last_mut() {
                 Some(last) if last.0 == k => last.1 = v,

@@ -472,10 +472,7 @@ impl Store {
                 }
             }
             // Redo what the log holds beyond the store's durable commit sequence.
-            let durable = KvRead::get(&t, Key::system(keys::SYS_COMMIT_SEQ).bytes())?
-                .map(|v| codec::decode_u64(&v))
-                .transpose()?
-                .unwrap_or(0);
+            let durable = records::commit_seq(&t)?;
             let mut replayed = 0;
             for f in frames.iter().filter(|f| f.seq > durable) {
                 for (k, v) in &f.writes {
@@ -515,10 +512,7 @@ impl Store {
                 )?;
                 upgraded = Some((done, dropped, started));
             }
-            let last_seq = KvRead::get(&t, Key::system(keys::SYS_COMMIT_SEQ).bytes())?
-                .map(|v| codec::decode_u64(&v))
-                .transpose()?
-                .unwrap_or(0);
+            let last_seq = records::commit_seq(&t)?;
             let mut tenants = HashMap::new();
             t.scan_prefix(
                 &Key::system(keys::SYS_TENANT_BY_NAME).0,
@@ -668,17 +662,17 @@ impl Store {
             })?;
         let alone = self.writes_in_flight.fetch_add(1, Ordering::AcqRel) == 0;
         let _in_flight = InFlight(&self.writes_in_flight);
-        let inline = if alone {
-            self.alone_streak.fetch_add(1, Ordering::Relaxed) >= INLINE_AFTER_ALONE
-                && runtime_workers().is_some()
+        let workers = if alone {
+            let streak = self.alone_streak.fetch_add(1, Ordering::Relaxed);
+            runtime_workers().filter(|_| streak >= INLINE_AFTER_ALONE)
         } else {
             self.alone_streak.store(0, Ordering::Relaxed);
-            false
+            None
         };
         let (reply, mut rx) = oneshot::channel();
         let req = WriteRequest { tenant, ops, reply };
-        let req = if inline {
-            self.commit_inline(req)
+        let req = if let Some(workers) = workers {
+            self.commit_inline(req, workers)
         } else {
             Some(req)
         };
@@ -699,11 +693,12 @@ impl Store {
     }
 
     /// Commits `req` on this thread unless a group is committing; hands it back then.
-    fn commit_inline(&self, req: WriteRequest) -> Option<WriteRequest> {
+    /// `workers`: the calling runtime's worker count (`runtime_workers`).
+    fn commit_inline(&self, req: WriteRequest, workers: usize) -> Option<WriteRequest> {
         let Ok(mut core) = self.core.try_lock() else {
             return Some(req);
         };
-        if runtime_workers() == Some(1) {
+        if workers == 1 {
             // The only worker: the runtime's tasks move to another thread while this one
             // waits for the fdatasync, so other connections are not held up.
             tokio::task::block_in_place(|| core.commit_group(vec![req]));

@@ -235,12 +235,7 @@ impl Engine {
         let (pairs, as_of) =
             tokio::task::spawn_blocking(move || -> Result<(Vec<(Uuid, Uuid)>, u64)> {
                 let snap = store.snapshot()?;
-                // The snapshot's commit sequence: its newest group's `SYS_COMMIT_SEQ` write.
-                let as_of = snap
-                    .get(keys::Key::system(keys::SYS_COMMIT_SEQ).bytes())?
-                    .map(|v| codec::decode_u64(&v))
-                    .transpose()?
-                    .unwrap_or(0);
+                let as_of = rstore::commit_seq(&snap)?;
                 Ok((bulk_pairs(&snap, t, &src, &tgt)?, as_of))
             })
             .await
@@ -351,14 +346,11 @@ fn key_entries<R: KvRead>(kv: &R, t: u64, label: &str, key: &str) -> Result<Vec<
     for pid in pids {
         let prefix = Key::tenant(t, keys::PROP_INDEX).uuid(&pid).str(label).0;
         kv.scan_prefix(&prefix, false, &mut |k, _| {
-            let cut = k
-                .len()
-                .checked_sub(16)
-                .filter(|c| *c >= prefix.len())
+            let id = exec::id_from_key(k)?;
+            let value = k
+                .get(prefix.len()..k.len() - 16)
                 .ok_or_else(|| Error::internal("corrupt index key"))?;
-            let id =
-                Uuid::from_slice(&k[cut..]).map_err(|_| Error::internal("corrupt index key"))?;
-            out.push((k[prefix.len()..cut].to_vec(), id));
+            out.push((value.to_vec(), id));
             Ok(true)
         })?;
     }
@@ -618,17 +610,11 @@ impl RelSpec {
             return Ok(hit.as_ref().filter(|(ok, _)| *ok).map(|(_, l)| l.clone()));
         }
         // Without a filter on this side only the label is needed.
-        let rec = if matches!(f, Filter::True) {
-            kv.get(&rstore::record_key(t, id))?
-                .map(|v| codec::decode_record_fields(*id, &v, Some(&[])))
-                .transpose()?
+        let res = if matches!(f, Filter::True) {
+            rstore::get_label(kv, t, id)?.map(|l| (labels.is_empty() || labels.contains(&l), l))
         } else {
-            rstore::get_record(kv, t, id)?
+            rstore::get_record(kv, t, id)?.map(|r| (exec::matches(labels, f, w, &r), r.label))
         };
-        let res = rec.map(|r| {
-            let ok = exec::matches(labels, f, w, &r);
-            (ok, r.label)
-        });
         w.finish()?;
         cache.insert((*id, is_source), res.clone());
         Ok(res.filter(|(ok, _)| *ok).map(|(_, l)| l))
@@ -709,12 +695,8 @@ impl RelSpec {
         match self.record {
             Some(id) => {
                 // Only the label is read: a side filter on this record reads it again, once.
-                let label = kv
-                    .get(&rstore::record_key(t, &id))?
-                    .map(|v| codec::decode_record_fields(id, &v, Some(&[])))
-                    .transpose()?
-                    .ok_or_else(|| Error::not_found(format!("record {id} not found")))?
-                    .label;
+                let label = rstore::get_label(kv, t, &id)?
+                    .ok_or_else(|| Error::not_found(format!("record {id} not found")))?;
                 let edges = match edges {
                     Some(e) => e,
                     None => rels::node_edges(kv, t, &id)?,

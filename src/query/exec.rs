@@ -260,7 +260,8 @@ impl<'a> Gates<'a> {
     }
 }
 
-fn id_from_key(k: &[u8]) -> Result<Uuid> {
+/// The record id that ends an index key.
+pub(crate) fn id_from_key(k: &[u8]) -> Result<Uuid> {
     k.len()
         .checked_sub(16)
         .and_then(|s| Uuid::from_slice(&k[s..]).ok())

@@ -193,6 +193,25 @@ pub fn get_record<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<
         .transpose()
 }
 
+/// A record's label (None: no such record), without decoding its properties.
+pub fn get_label<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<Option<String>> {
+    Ok(kv
+        .get(&record_key(tenant, id))?
+        .map(|v| codec::decode_record_fields(*id, &v, Some(&[])))
+        .transpose()?
+        .map(|r| r.label))
+}
+
+/// The commit sequence of the state a view shows: its newest group's `SYS_COMMIT_SEQ` write
+/// (0 for a store never written).
+pub fn commit_seq<R: KvRead + ?Sized>(kv: &R) -> Result<u64> {
+    Ok(kv
+        .get(Key::system(keys::SYS_COMMIT_SEQ).bytes())?
+        .map(|v| codec::decode_u64(&v))
+        .transpose()?
+        .unwrap_or(0))
+}
+
 /// Label -> record count, in label order.
 pub fn label_counts<R: KvRead + ?Sized>(kv: &R, tenant: u64) -> Result<Vec<(String, u64)>> {
     let prefix = Key::tenant(tenant, keys::LABEL_COUNT).0;

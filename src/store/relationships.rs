@@ -20,7 +20,7 @@
 use super::codec;
 use super::keys::{self, Key};
 use super::kv::{KvRead, Visit};
-use super::records::{record_key, RecordWriter};
+use super::records::{self, RecordWriter};
 use crate::error::{Error, Result};
 use crate::model::{Direction, PropValue, Relationship};
 use std::collections::{BTreeMap, HashSet};
@@ -273,13 +273,7 @@ pub fn upgrade_adjacency_from_v1(
             let mut ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
             let mut last = None;
             let ro: &redb::Table<'_, &'static [u8], &'static [u8]> = t;
-            let label = |id: &Uuid| -> Result<Option<String>> {
-                Ok(ro
-                    .get(&record_key(tenant, id))?
-                    .map(|v| codec::decode_record_fields(*id, &v, Some(&[])))
-                    .transpose()?
-                    .map(|r| r.label))
-            };
+            let label = |id: &Uuid| records::get_label(ro, tenant, id);
             ro.scan(&start, &end, false, &mut |k, _| {
                 last = Some(k.to_vec());
                 let e = parse_edge(k)?;
@@ -383,11 +377,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         if let Some(l) = self.labels.get(id) {
             return Ok(l.clone());
         }
-        self.ov
-            .get(&record_key(self.tenant, id))?
-            .map(|v| codec::decode_record_fields(*id, &v, Some(&[])))
-            .transpose()?
-            .map(|r| r.label)
+        records::get_label(&*self.ov, self.tenant, id)?
             .ok_or_else(|| Error::not_found(format!("record {id} not found")))
     }
 

@@ -301,15 +301,7 @@ async fn seen_labels_are_used_only_on_the_state_they_were_read_on() {
         )
         .await
         .unwrap();
-    let as_of = || {
-        let v = store
-            .snapshot()
-            .unwrap()
-            .get(Key::system(keys::SYS_COMMIT_SEQ).bytes())
-            .unwrap()
-            .unwrap();
-        codec::decode_u64(&v).unwrap()
-    };
+    let as_of = || records::commit_seq(&store.snapshot().unwrap()).unwrap();
     let link = |t: Uuid, seen: u64| {
         WriteOp::Link(rels::LinkRel {
             source: a,

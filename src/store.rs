@@ -64,9 +64,13 @@ const MAX_PUBLISHED_KEYS: usize = 2_000_000;
 /// ...or this many published batches are not in redb yet (bounds memory and the batches a
 /// read looks through; a checkpoint's durable commit lets ~1,000 groups gather at W-TX rates).
 const MAX_PUBLISHED_BATCHES: usize = 2048;
-/// The applier lets published groups gather this long before it drains them: fewer redb
-/// commits and thread wake-ups per group (acknowledgements do not wait for it).
-const APPLY_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+/// The applier lets published groups gather this long before it drains them, or until
+/// APPLY_BATCHES are waiting, whichever comes first: a drain rewrites every B-tree page it
+/// touches (copy on write), so fewer, larger drains rewrite shared pages (counters, label
+/// index, upper levels) less often; acknowledgements do not wait for it. The batch cap bounds
+/// the batches a scan merges (point reads skip batches by their key filters).
+const APPLY_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
+const APPLY_BATCHES: usize = 64;
 /// The applier asks the kernel to start writing the store file's dirty pages back at most
 /// this often, so a checkpoint's fsync finds little left to write (it held the writer for
 /// 2-3 s after ~250 MiB of log without it).
@@ -185,9 +189,27 @@ impl Published {
         st.keys += batch.writes.len();
         let was_empty = st.batches.is_empty();
         Arc::make_mut(&mut st.batches).push(Arc::new(batch));
-        // The applier waits only for an empty list to fill.
-        if was_empty {
+        // The applier waits for an empty list to fill, then for a full one.
+        if was_empty || st.batches.len() == APPLY_BATCHES {
             self.changed.notify_all();
+        }
+    }
+
+    /// Lets published groups gather before a drain: until APPLY_BATCHES are waiting, or
+    /// APPLY_PAUSE has passed, or a checkpoint or stop is asked for.
+    fn gather(&self) {
+        let until = std::time::Instant::now() + APPLY_PAUSE;
+        let mut st = self.lock();
+        while st.batches.len() < APPLY_BATCHES && st.checkpoint_requested.is_none() && !st.stop {
+            let now = std::time::Instant::now();
+            if now >= until {
+                break;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, until - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
@@ -368,7 +390,7 @@ fn applier_loop(p: Arc<Published>) {
             }
             continue;
         }
-        std::thread::sleep(APPLY_PAUSE);
+        p.gather();
         if let Err(e) = p.drain(false) {
             crate::log::error(&format!(
                 "applying committed writes to the store failed ({}); refusing writes until restart (the redo log keeps them)",
@@ -880,10 +902,7 @@ impl WriterCore {
                 *last_seq,
                 writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
             )?;
-            published.publish(Batch {
-                seq: *last_seq,
-                writes,
-            });
+            published.publish(Batch::new(*last_seq, writes));
             Ok(())
         })();
         self.last_commit = std::time::Instant::now();

@@ -86,6 +86,75 @@ pub struct Batch {
     /// The commit sequence of the group's last batch (its `SYS_COMMIT_SEQ` write).
     pub seq: u64,
     pub writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Which keys `writes` may hold: a point read skips a batch whose filter rules its key
+    /// out, so a read looks through many published batches for about the cost of one.
+    filter: KeyFilter,
+}
+
+impl Batch {
+    pub fn new(seq: u64, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Batch {
+        let filter = KeyFilter::new(writes.keys().map(|k| key_hash(k)), writes.len());
+        Batch {
+            seq,
+            writes,
+            filter,
+        }
+    }
+}
+
+/// A 64-bit hash of a key (8-byte words multiplied and rotated, then a final avalanche). Not
+/// for untrusted inputs' sake: a collision only costs a map lookup.
+fn key_hash(key: &[u8]) -> u64 {
+    const M: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = (key.len() as u64).wrapping_mul(M);
+    let mut words = key.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        h = (h ^ w).wrapping_mul(M).rotate_left(29);
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(M);
+    // murmur3's finalizer: every input bit reaches every output bit.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    h ^ (h >> 33)
+}
+
+/// A Bloom filter of key hashes: 16 bits per key (at least 512), two probes, ~1.4% false
+/// positives. Invariant: `may_hold(h)` is true for the hash of every key it was built from.
+struct KeyFilter {
+    bits: Vec<u64>,
+    /// Bit count minus one (a power of two minus one).
+    mask: u64,
+}
+
+impl KeyFilter {
+    fn new(hashes: impl Iterator<Item = u64>, keys: usize) -> KeyFilter {
+        let nbits = (keys.saturating_mul(16)).next_power_of_two().max(512);
+        let mut f = KeyFilter {
+            bits: vec![0; nbits / 64],
+            mask: nbits as u64 - 1,
+        };
+        for h in hashes {
+            for bit in f.probes(h) {
+                f.bits[(bit / 64) as usize] |= 1 << (bit % 64);
+            }
+        }
+        f
+    }
+
+    fn probes(&self, h: u64) -> [u64; 2] {
+        [h & self.mask, h.rotate_left(39) & self.mask]
+    }
+
+    fn may_hold(&self, h: u64) -> bool {
+        self.probes(h)
+            .iter()
+            .all(|&bit| self.bits[(bit / 64) as usize] & (1 << (bit % 64)) != 0)
+    }
 }
 
 /// Published batches, oldest first: the writes of every group acknowledged but not yet in
@@ -175,9 +244,15 @@ impl KvRead for Snapshot {
         Some(self)
     }
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        for b in self.mem.iter().rev() {
-            if let Some(v) = b.writes.get(key) {
-                return Ok(v.clone());
+        if !self.mem.is_empty() {
+            let h = key_hash(key);
+            for b in self.mem.iter().rev() {
+                if !b.filter.may_hold(h) {
+                    continue;
+                }
+                if let Some(v) = b.writes.get(key) {
+                    return Ok(v.clone());
+                }
             }
         }
         Ok(self.table.get(key)?.map(|g| g.value().to_vec()))
@@ -530,15 +605,71 @@ mod tests {
     }
 
     #[test]
+    fn a_key_filter_holds_every_key_it_was_built_from() {
+        let key = |i: u32| format!("key-{}-{i}", i % 7).into_bytes();
+        let f = KeyFilter::new((0..10_000).map(|i| key_hash(&key(i))), 10_000);
+        assert!((0..10_000).all(|i| f.may_hold(key_hash(&key(i)))));
+        // Keys it was not built from are mostly ruled out (~1.4% expected).
+        let false_hits = (10_000..20_000)
+            .filter(|&i| f.may_hold(key_hash(&key(i))))
+            .count();
+        assert!(false_hits < 500, "{false_hits} false positives of 10,000");
+        // An empty filter rules everything out.
+        let empty = KeyFilter::new(std::iter::empty(), 0);
+        assert!(!empty.may_hold(key_hash(b"x")));
+    }
+
+    #[test]
+    fn a_snapshot_reads_the_newest_batch_holding_a_key_then_redb() {
+        use redb::ReadableDatabase;
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("kv.redb")).unwrap();
+        let key = |i: u64| format!("k{i:05}").into_bytes();
+        let mut model: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(KV).unwrap();
+            for i in 0..300 {
+                t.insert(&key(i)[..], &b"redb"[..]).unwrap();
+                model.insert(key(i), Some(b"redb".to_vec()));
+            }
+        }
+        txn.commit().unwrap();
+        // 100 batches: each writes or deletes a pseudo-random handful of keys 0..400.
+        let mut x = 12345u64;
+        let mut batches = Vec::new();
+        for seq in 1..=100u64 {
+            let mut writes = BTreeMap::new();
+            for _ in 0..8 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let k = key((x >> 33) % 400);
+                let v = ((x >> 20) % 5 != 0).then(|| format!("b{seq}").into_bytes());
+                writes.insert(k.clone(), v.clone());
+                model.insert(k, v);
+            }
+            batches.push(Arc::new(Batch::new(seq, writes)));
+        }
+        let snap = Snapshot::new(&db.begin_read().unwrap(), &Arc::new(batches)).unwrap();
+        for i in 0..450 {
+            assert_eq!(
+                snap.get(&key(i)).unwrap(),
+                model.get(&key(i)).cloned().flatten(),
+                "key {i}"
+            );
+        }
+    }
+
+    #[test]
     fn newest_batch_wins_in_key_order() {
         let batch = |seq: u64, w: &[(u8, Option<u8>)]| {
-            Arc::new(Batch {
+            Arc::new(Batch::new(
                 seq,
-                writes: w
-                    .iter()
+                w.iter()
                     .map(|(k, v)| (vec![*k], v.map(|v| vec![v])))
                     .collect(),
-            })
+            ))
         };
         let batches = vec![
             batch(1, &[(1, Some(1)), (2, Some(1)), (4, Some(1))]),

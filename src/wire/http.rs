@@ -185,6 +185,66 @@ pub(crate) fn parse_json(body: &Bytes, limits: &Limits) -> Result<Value> {
     }
 }
 
+/// Decodes a request body that must be a JSON object into `T`. Straight from the bytes when
+/// that succeeds; any failure takes the two-step path (`parse_json`, then
+/// `protocol::decode`), which names what is wrong, so an error reads the same whichever path
+/// ran. Invariant: the direct path accepts nothing the two-step path refuses. It runs only on
+/// a body that starts with `{`, passes the depth cap and is [`plain_json`]; serde_json then
+/// decodes a struct from the bytes as it does from the parsed value.
+pub(crate) fn decode_json_body<T: serde::de::DeserializeOwned>(
+    body: &Bytes,
+    limits: &Limits,
+) -> Result<T> {
+    let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if object && plain_json(body) && super::check_depth(body, limits.max_json_depth).is_ok() {
+        if let Ok(v) = serde_json::from_slice(body) {
+            return Ok(v);
+        }
+    }
+    protocol::decode(parse_json(body, limits)?, "body")
+}
+
+/// Whether a body holds none of what serde_json checks only in a value it keeps: invalid
+/// UTF-8, a `\u` escape (a lone surrogate is refused when kept) and a number that might be out
+/// of range (an exponent, or more than 18 digits in a row) are refused by the two-step path
+/// even in a field the target struct ignores, where the direct path only skips them.
+/// Conservative: false sends a body down the two-step path, which decides.
+fn plain_json(body: &[u8]) -> bool {
+    if std::str::from_utf8(body).is_err() {
+        return false;
+    }
+    let (mut in_string, mut escaped, mut digits) = (false, false, 0);
+    for &b in body {
+        if in_string {
+            if escaped {
+                if b == b'u' {
+                    return false;
+                }
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'0'..=b'9' => {
+                digits += 1;
+                if digits > 18 {
+                    return false;
+                }
+                continue;
+            }
+            b'e' | b'E' if digits > 0 => return false,
+            _ => {}
+        }
+        digits = 0;
+    }
+    true
+}
+
 /// Entry of every HTTP request: routes, times, counts.
 pub async fn handle(
     state: Arc<HttpState>,
@@ -336,4 +396,86 @@ async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpRespons
     }
     .await;
     result.unwrap_or_else(|e| protocol_error(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::Map;
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Options {
+        return_result: Option<bool>,
+    }
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Body {
+        #[serde(default)]
+        label: Option<String>,
+        #[serde(default)]
+        data: Option<Map<String, Value>>,
+        #[serde(default)]
+        limit: Option<i64>,
+        #[serde(default)]
+        ids: Option<Vec<String>>,
+        #[serde(default)]
+        options: Option<Options>,
+        #[serde(default, rename = "where")]
+        where_: Option<Value>,
+    }
+
+    /// The fast path answers exactly what the two-step path answers: the same value, or an
+    /// error with the same message.
+    #[test]
+    fn a_body_decodes_the_same_straight_from_bytes_and_through_a_value() {
+        let limits = crate::config::Limits {
+            max_body_bytes: 1 << 20,
+            max_json_depth: 4,
+            request_timeout_ms: 1000,
+            max_hops: 10,
+        };
+        let bodies: &[&str] = &[
+            r#"{"label":"ORDER","data":{"total":12.5,"n":18446744073709551616,"s":"\u00e9"}}"#,
+            r#"  {"label":"A","unknown":[1,2],"options":{"returnResult":true,"x":1}}"#,
+            r#"{"label":null,"data":null,"where":null,"ids":["a","b"]}"#,
+            r#"{"limit":10}"#,
+            r#"{"limit":1.5}"#,
+            r#"{"limit":"10"}"#,
+            r#"{"label":1}"#,
+            r#"{"ids":"a"}"#,
+            r#"{"options":{"returnResult":"yes"}}"#,
+            r#"{"label":"A","label":"B"}"#,
+            r#"{"where":{"a":{"b":{"c":{"d":1}}}}}"#,
+            r#"{"label":"A"} trailing"#,
+            r#"{"label":"X","ignored":1e400}"#,
+            r#"{"label":"X","ignored":1E4}"#,
+            r#"{"label":"X","data":{"a":1.5e3}}"#,
+            r#"{"label":"X","ignored":"\ud800"}"#,
+            r#"{"label":"\u00e9\n","ignored":"\""}"#,
+            r#"{"label":"X","ignored":123456789012345678901234567890}"#,
+            r#"{"label":"X","ignored":[true,false,-0.5,"e1"]}"#,
+            r#"{"label":"A""#,
+            r#"["A",null]"#,
+            r#""text""#,
+            "   ",
+            "",
+        ];
+        let mut bodies: Vec<Vec<u8>> = bodies.iter().map(|b| b.as_bytes().to_vec()).collect();
+        bodies.push(b"{\"label\":\"X\",\"ignored\":\"\xc3\x28\"}".to_vec());
+        bodies.push(b"{\"label\":\"\xc3\xa9\"}".to_vec());
+        for raw in bodies {
+            let b = String::from_utf8_lossy(&raw).to_string();
+            let bytes = Bytes::from(raw);
+            let fast = decode_json_body::<Body>(&bytes, &limits);
+            let slow =
+                parse_json(&bytes, &limits).and_then(|v| protocol::decode::<Body>(v, "body"));
+            match (&fast, &slow) {
+                (Ok(f), Ok(s)) => assert_eq!(f, s, "{b}"),
+                (Err(f), Err(s)) => assert_eq!(f.message, s.message, "{b}"),
+                _ => panic!("{b}: fast {fast:?}, two-step {slow:?}"),
+            }
+        }
+    }
 }

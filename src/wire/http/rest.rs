@@ -422,7 +422,7 @@ pub(super) fn decode_body<T: serde::de::DeserializeOwned>(
     state: &HttpState,
     req: &Request<Bytes>,
 ) -> Result<T> {
-    protocol::decode(parse_json(req.body(), &state.limits)?, "body")
+    super::decode_json_body(req.body(), &state.limits)
 }
 
 pub(super) fn unexpected(o: Outcome) -> HttpResponse {

@@ -14,11 +14,10 @@
 use crate::error::{Error, Result};
 use crate::model::datetime::{self, Instant};
 use crate::model::infer::number_scalar;
-use crate::model::{PropType, PropValue, Record, Scalar};
+use crate::model::{IdSet, PropType, PropValue, Record, Scalar};
 use crate::store::relationships::EdgeFilter;
 use serde_json::{Map, Value};
 use std::cmp::Ordering;
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -91,9 +90,9 @@ pub struct Related {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Resolved {
     /// Records that satisfy the block (no check needed).
-    pub sure: HashSet<Uuid>,
-    pub maybe: HashSet<Uuid>,
-    pub targets: HashSet<Uuid>,
+    pub sure: IdSet,
+    pub maybe: IdSet,
+    pub targets: IdSet,
     /// The label every record of `sure` has, when the relationship counters imply one.
     pub label: Option<String>,
 }

@@ -19,7 +19,7 @@
 use super::exec::{self, Explain, KEY_COST};
 use super::filter::{Filter, Graph, Related, Resolved};
 use crate::error::{Error, Result};
-use crate::model::Record;
+use crate::model::{IdMap, IdSet, Record};
 use crate::store::codec;
 use crate::store::kv::KvRead;
 use crate::store::records as rstore;
@@ -204,7 +204,7 @@ fn prepare_with<R: KvRead>(
                 ));
                 return Ok(filter.clone());
             }
-            let mut targets = HashSet::new();
+            let mut targets = IdSet::default();
             let e: Explain = exec::for_each_id(kv, tenant, &labels, &rel.filter, &mut |id| {
                 targets.insert(id);
                 Ok(())
@@ -479,7 +479,7 @@ fn reach_back<R: KvRead>(
     costs: &mut Costs<'_, R>,
     root_labels: &[String],
     rel: &Related,
-    targets: HashSet<Uuid>,
+    targets: IdSet,
 ) -> Result<Resolved> {
     let (kv, tenant) = (costs.kv, costs.tenant);
     let (min, max) = rel.hops;
@@ -487,7 +487,7 @@ fn reach_back<R: KvRead>(
         dir: rel.edges.dir.map(|d| d.reverse()),
         types: rel.edges.types.clone(),
     };
-    let mut dist: HashMap<Uuid, u32> = targets.iter().map(|t| (*t, 0)).collect();
+    let mut dist: IdMap<u32> = targets.iter().map(|t| (*t, 0)).collect();
     let mut frontier: Vec<Uuid> = targets.iter().copied().collect();
     let mut res = Resolved {
         label: costs.reached_label(rel)?,

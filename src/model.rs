@@ -12,9 +12,10 @@ pub type IdSet = std::collections::HashSet<Uuid, IdHash>;
 /// A map keyed by record ids, hashed by [`IdHash`].
 pub type IdMap<V> = std::collections::HashMap<Uuid, V, IdHash>;
 
-/// Hashes a UUID's 16 bytes with one multiply and a per-process random seed. A UUIDv7's
-/// last 8 bytes are mostly random already; the seed keeps a client that chooses ids from
-/// aiming them all at one bucket.
+/// Hashes a UUID's 16 bytes with a folded multiply per 8-byte word (the 128-bit product's
+/// halves XORed, as in wyhash) from a per-process random seed. A UUIDv7's last 8 bytes are
+/// mostly random already; the seed and the folding make the bucket of a chosen id unknown to
+/// whoever chose it.
 #[derive(Clone, Copy)]
 pub struct IdHash {
     seed: u64,
@@ -45,9 +46,8 @@ impl std::hash::Hasher for IdHasher {
         for chunk in bytes.chunks(8) {
             let mut w = [0u8; 8];
             w[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0 ^ u64::from_le_bytes(w))
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .rotate_left(31);
+            let m = u128::from(self.0 ^ u64::from_le_bytes(w)) * 0x9E37_79B9_7F4A_7C15;
+            self.0 = (m as u64) ^ ((m >> 64) as u64);
         }
     }
     fn write_usize(&mut self, n: usize) {

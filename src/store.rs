@@ -65,12 +65,16 @@ const MAX_PUBLISHED_KEYS: usize = 2_000_000;
 /// read looks through; a checkpoint's durable commit lets ~1,000 groups gather at W-TX rates).
 const MAX_PUBLISHED_BATCHES: usize = 2048;
 /// The applier lets published groups gather this long before it drains them, or until
-/// APPLY_BATCHES are waiting, whichever comes first: a drain rewrites every B-tree page it
-/// touches (copy on write), so fewer, larger drains rewrite shared pages (counters, label
-/// index, upper levels) less often; acknowledgements do not wait for it. The batch cap bounds
-/// the batches a scan merges (point reads skip batches by their key filters).
+/// APPLY_BATCHES or APPLY_KEYS are waiting, whichever comes first: a drain rewrites every
+/// B-tree page it touches (copy on write), so fewer, larger drains rewrite shared pages
+/// (counters, label index, upper levels) less often; acknowledgements do not wait for it.
+/// While the applier keeps up, the batch cap bounds the batches a scan merges (point reads
+/// skip batches by their key filters; a checkpoint's long drain lets up to
+/// MAX_PUBLISHED_BATCHES gather); the key threshold, well under MAX_PUBLISHED_KEYS, starts a
+/// drain of large groups (imports) before the writer has to wait for room.
 const APPLY_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
 const APPLY_BATCHES: usize = 64;
+const APPLY_KEYS: usize = MAX_PUBLISHED_KEYS / 4;
 /// The applier asks the kernel to start writing the store file's dirty pages back at most
 /// this often, so a checkpoint's fsync finds little left to write (it held the writer for
 /// 2-3 s after ~250 MiB of log without it).
@@ -186,21 +190,29 @@ impl Published {
     /// Makes a logged group visible.
     fn publish(&self, batch: Batch) {
         let mut st = self.lock();
+        let keys_before = st.keys;
         st.keys += batch.writes.len();
         let was_empty = st.batches.is_empty();
         Arc::make_mut(&mut st.batches).push(Arc::new(batch));
         // The applier waits for an empty list to fill, then for a full one.
-        if was_empty || st.batches.len() == APPLY_BATCHES {
+        if was_empty
+            || st.batches.len() == APPLY_BATCHES
+            || (keys_before < APPLY_KEYS && st.keys >= APPLY_KEYS)
+        {
             self.changed.notify_all();
         }
     }
 
-    /// Lets published groups gather before a drain: until APPLY_BATCHES are waiting, or
-    /// APPLY_PAUSE has passed, or a checkpoint or stop is asked for.
+    /// Lets published groups gather before a drain: until APPLY_BATCHES batches or APPLY_KEYS
+    /// keys are waiting, or APPLY_PAUSE has passed, or a checkpoint or stop is asked for.
     fn gather(&self) {
         let until = std::time::Instant::now() + APPLY_PAUSE;
         let mut st = self.lock();
-        while st.batches.len() < APPLY_BATCHES && st.checkpoint_requested.is_none() && !st.stop {
+        while st.batches.len() < APPLY_BATCHES
+            && st.keys < APPLY_KEYS
+            && st.checkpoint_requested.is_none()
+            && !st.stop
+        {
             let now = std::time::Instant::now();
             if now >= until {
                 break;

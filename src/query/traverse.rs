@@ -79,7 +79,8 @@ impl<'a, R: KvRead + ?Sized> Walker<'a, R> {
     /// distance within the block's range until it returns false.
     fn walk(&self, rel: &Related, start: &Uuid, hit: &mut dyn FnMut(Uuid) -> bool) -> Result<()> {
         let (min, max) = rel.hops;
-        let mut seen: HashSet<Uuid> = HashSet::from([*start]);
+        let mut seen = IdSet::default();
+        seen.insert(*start);
         let mut frontier = vec![*start];
         for depth in 1..=max {
             let mut next = Vec::new();
@@ -122,7 +123,7 @@ impl<'a, R: KvRead + ?Sized> Walker<'a, R> {
         let mut level = vec![*root];
         for rel in chain {
             let mut next = Vec::new();
-            let mut seen = HashSet::new();
+            let mut seen = IdSet::default();
             for n in &level {
                 for t in self.targets(rel, n)? {
                     if seen.insert(t) {

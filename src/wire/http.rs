@@ -196,7 +196,10 @@ pub(crate) fn decode_json_body<T: serde::de::DeserializeOwned>(
     limits: &Limits,
 ) -> Result<T> {
     let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    if object && plain_json(body) && super::check_depth(body, limits.max_json_depth).is_ok() {
+    // serde_json refuses a value nested 128 deep when it keeps it but not when it skips an
+    // ignored field: the direct path takes only bodies less deep than that.
+    let depth = limits.max_json_depth.min(127);
+    if object && plain_json(body) && super::check_depth(body, depth).is_ok() {
         if let Ok(v) = serde_json::from_slice(body) {
             return Ok(v);
         }
@@ -477,5 +480,18 @@ mod tests {
                 _ => panic!("{b}: fast {fast:?}, two-step {slow:?}"),
             }
         }
+        // At the largest depth cap, 128 levels in an ignored field: serde_json refuses them
+        // when it builds the value, so the direct path must not take the body.
+        let deep = crate::config::Limits {
+            max_json_depth: 128,
+            ..limits
+        };
+        let body = Bytes::from(format!(r#"{{"x":{}{}}}"#, "[".repeat(127), "]".repeat(127)));
+        let fast = decode_json_body::<Body>(&body, &deep).map_err(|e| e.message);
+        let slow = parse_json(&body, &deep)
+            .and_then(|v| protocol::decode::<Body>(v, "body"))
+            .map_err(|e| e.message);
+        assert!(slow.is_err());
+        assert_eq!(fast, slow);
     }
 }

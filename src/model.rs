@@ -38,6 +38,15 @@ impl std::hash::BuildHasher for IdHash {
     }
 }
 
+/// An unseeded 64-bit hash of a byte string, by [`IdHasher`] (the store's key filters).
+pub fn hash_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = IdHasher(0);
+    h.write_usize(bytes.len());
+    h.write(bytes);
+    h.finish()
+}
+
 /// See [`IdHash`]. Other inputs than a UUID's bytes (a length prefix) are folded in too.
 pub struct IdHasher(u64);
 

@@ -3,6 +3,7 @@
 //! transactional store would implement the same surface.
 
 use crate::error::Result;
+use crate::model::hash_bytes;
 use redb::{ReadableTable, TableDefinition};
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -93,34 +94,13 @@ pub struct Batch {
 
 impl Batch {
     pub fn new(seq: u64, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Batch {
-        let filter = KeyFilter::new(writes.keys().map(|k| key_hash(k)), writes.len());
+        let filter = KeyFilter::new(writes.keys().map(|k| hash_bytes(k)), writes.len());
         Batch {
             seq,
             writes,
             filter,
         }
     }
-}
-
-/// A 64-bit hash of a key (8-byte words multiplied and rotated, then a final avalanche). Not
-/// for untrusted inputs' sake: a collision only costs a map lookup.
-fn key_hash(key: &[u8]) -> u64 {
-    const M: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = (key.len() as u64).wrapping_mul(M);
-    let mut words = key.chunks_exact(8);
-    for w in &mut words {
-        let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-        h = (h ^ w).wrapping_mul(M).rotate_left(29);
-    }
-    let mut tail = [0u8; 8];
-    tail[..words.remainder().len()].copy_from_slice(words.remainder());
-    h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(M);
-    // murmur3's finalizer: every input bit reaches every output bit.
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
-    h ^ (h >> 33)
 }
 
 /// A Bloom filter of key hashes: 16 bits per key (at least 512), two probes, ~1.4% false
@@ -245,7 +225,7 @@ impl KvRead for Snapshot {
     }
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if !self.mem.is_empty() {
-            let h = key_hash(key);
+            let h = hash_bytes(key);
             for b in self.mem.iter().rev() {
                 if !b.filter.may_hold(h) {
                     continue;
@@ -607,16 +587,16 @@ mod tests {
     #[test]
     fn a_key_filter_holds_every_key_it_was_built_from() {
         let key = |i: u32| format!("key-{}-{i}", i % 7).into_bytes();
-        let f = KeyFilter::new((0..10_000).map(|i| key_hash(&key(i))), 10_000);
-        assert!((0..10_000).all(|i| f.may_hold(key_hash(&key(i)))));
+        let f = KeyFilter::new((0..10_000).map(|i| hash_bytes(&key(i))), 10_000);
+        assert!((0..10_000).all(|i| f.may_hold(hash_bytes(&key(i)))));
         // Keys it was not built from are mostly ruled out (~1.4% expected).
         let false_hits = (10_000..20_000)
-            .filter(|&i| f.may_hold(key_hash(&key(i))))
+            .filter(|&i| f.may_hold(hash_bytes(&key(i))))
             .count();
         assert!(false_hits < 500, "{false_hits} false positives of 10,000");
         // An empty filter rules everything out.
         let empty = KeyFilter::new(std::iter::empty(), 0);
-        assert!(!empty.may_hold(key_hash(b"x")));
+        assert!(!empty.may_hold(hash_bytes(b"x")));
     }
 
     #[test]

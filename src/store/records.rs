@@ -202,14 +202,19 @@ pub fn get_label<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<O
         .map(|r| r.label))
 }
 
-/// The commit sequence of the state a view shows: its newest group's `SYS_COMMIT_SEQ` write
-/// (0 for a store never written).
-pub fn commit_seq<R: KvRead + ?Sized>(kv: &R) -> Result<u64> {
+/// A counter (or sequence) value: 0 when the key is absent.
+pub fn get_u64<R: KvRead + ?Sized>(kv: &R, key: &[u8]) -> Result<u64> {
     Ok(kv
-        .get(Key::system(keys::SYS_COMMIT_SEQ).bytes())?
+        .get(key)?
         .map(|v| codec::decode_u64(&v))
         .transpose()?
         .unwrap_or(0))
+}
+
+/// The commit sequence of the state a view shows: its newest group's `SYS_COMMIT_SEQ` write
+/// (0 for a store never written).
+pub fn commit_seq<R: KvRead + ?Sized>(kv: &R) -> Result<u64> {
+    get_u64(kv, Key::system(keys::SYS_COMMIT_SEQ).bytes())
 }
 
 /// Label -> record count, in label order.
@@ -229,9 +234,7 @@ pub fn label_counts<R: KvRead + ?Sized>(kv: &R, tenant: u64) -> Result<Vec<(Stri
 }
 
 pub fn label_count<R: KvRead + ?Sized>(kv: &R, tenant: u64, label: &str) -> Result<u64> {
-    kv.get(&Key::tenant(tenant, keys::LABEL_COUNT).str(label).0)?
-        .map(|v| codec::decode_u64(&v))
-        .unwrap_or(Ok(0))
+    get_u64(kv, &Key::tenant(tenant, keys::LABEL_COUNT).str(label).0)
 }
 
 /// Records under `labels` (every record when `labels` is empty), from the counters.
@@ -376,12 +379,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             if delta == 0 {
                 continue;
             }
-            let cur = self
-                .ov
-                .get(&key)?
-                .map(|v| codec::decode_u64(&v))
-                .transpose()?
-                .unwrap_or(0);
+            let cur = get_u64(&*self.ov, &key)?;
             match cur.saturating_add_signed(delta) {
                 0 => self.ov.delete(key),
                 next => self.ov.put(key, codec::encode_u64(next)),
@@ -440,12 +438,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     pub(super) fn next_row(&mut self) -> Result<u64> {
         let last = match self.row {
             Some(r) => r,
-            None => self
-                .ov
-                .get(&self.key(keys::ROW_SEQ).0)?
-                .map(|v| codec::decode_u64(&v))
-                .transpose()?
-                .unwrap_or(0),
+            None => get_u64(&*self.ov, &self.key(keys::ROW_SEQ).0)?,
         };
         self.row = Some(last + 1);
         Ok(last + 1)

@@ -456,13 +456,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         let zero = match self.none_before.get(ck) {
             Some(z) => *z,
             None => {
-                let z = self
-                    .ov
-                    .get(ck)?
-                    .map(|v| codec::decode_u64(&v))
-                    .transpose()?
-                    .unwrap_or(0)
-                    == 0;
+                let z = records::get_u64(&*self.ov, ck)? == 0;
                 self.none_before.insert(ck.to_vec(), z);
                 z
             }

@@ -183,39 +183,55 @@ pub fn newest_wins<'a>(
     out
 }
 
+/// redb's side of a snapshot: one read transaction's table and the commit sequence redb
+/// held in it (the sequence of the last published batch drained into redb). Shared by the
+/// snapshots taken while no drain has committed since (`store::Published::snapshot`): the
+/// table is read-only, so many readers may use it at once.
+pub struct RedbView {
+    table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub applied: u64,
+}
+
+impl RedbView {
+    pub fn new(txn: &redb::ReadTransaction) -> Result<RedbView> {
+        let table = txn.open_table(KV)?;
+        let applied = ReadableTable::get(
+            &table,
+            super::keys::Key::system(super::keys::SYS_COMMIT_SEQ).bytes(),
+        )?
+        .map(|v| super::codec::decode_u64(v.value()))
+        .transpose()?
+        .unwrap_or(0);
+        Ok(RedbView { table, applied })
+    }
+}
+
 /// An MVCC snapshot: sees exactly the commits that completed before it was opened: redb's
 /// view plus the published batches redb does not hold yet.
 pub struct Snapshot {
-    table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    redb: Arc<RedbView>,
     /// Batches newer than redb's applied sequence, oldest first.
     mem: Vec<Arc<Batch>>,
 }
 
 impl Snapshot {
-    /// `published` must have been taken before `txn` began. Every batch redb does not hold
-    /// is then in `published` (batches leave the list only after redb committed them), and
-    /// those redb already holds are dropped here by their sequence, so the view is exactly
-    /// the state after the newest of the two.
-    pub fn new(txn: &redb::ReadTransaction, published: &Published) -> Result<Snapshot> {
-        let table = txn.open_table(KV)?;
-        let mem = match published.last() {
-            None => Vec::new(),
-            Some(_) => {
-                let applied = ReadableTable::get(
-                    &table,
-                    super::keys::Key::system(super::keys::SYS_COMMIT_SEQ).bytes(),
-                )?
-                .map(|v| super::codec::decode_u64(v.value()))
-                .transpose()?
-                .unwrap_or(0);
-                published
-                    .iter()
-                    .filter(|b| b.seq > applied)
-                    .cloned()
-                    .collect()
-            }
-        };
-        Ok(Snapshot { table, mem })
+    /// `redb` must hold every batch that left `published` before the list was taken (true of
+    /// a read transaction begun after the list was taken, as batches leave the list only
+    /// after redb committed them, and of any view whose `applied` is at least the last
+    /// drained sequence). The batches redb already holds are dropped here by their sequence,
+    /// so the view is exactly the state after the newest of the two.
+    pub fn new(redb: Arc<RedbView>, published: &Published) -> Snapshot {
+        let mem = published
+            .iter()
+            .filter(|b| b.seq > redb.applied)
+            .cloned()
+            .collect();
+        Snapshot { redb, mem }
+    }
+
+    #[cfg(test)]
+    pub fn redb_view(&self) -> Arc<RedbView> {
+        self.redb.clone()
     }
 }
 
@@ -235,18 +251,18 @@ impl KvRead for Snapshot {
                 }
             }
         }
-        Ok(self.table.get(key)?.map(|g| g.value().to_vec()))
+        Ok(self.redb.table.get(key)?.map(|g| g.value().to_vec()))
     }
     fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
         if self.mem.is_empty() {
-            return scan_table(&self.table, start, end, reverse, visit);
+            return scan_table(&self.redb.table, start, end, reverse, visit);
         }
         let mut pending = newest_wins(&self.mem, (Bound::Included(start), Bound::Excluded(end)));
         if reverse {
             pending.reverse();
         }
         merge_scan(&pending, reverse, visit, &mut |v| {
-            scan_table(&self.table, start, end, reverse, v)
+            scan_table(&self.redb.table, start, end, reverse, v)
         })
     }
 }
@@ -631,7 +647,8 @@ mod tests {
             }
             batches.push(Arc::new(Batch::new(seq, writes)));
         }
-        let snap = Snapshot::new(&db.begin_read().unwrap(), &Arc::new(batches)).unwrap();
+        let view = Arc::new(RedbView::new(&db.begin_read().unwrap()).unwrap());
+        let snap = Snapshot::new(view, &Arc::new(batches));
         for i in 0..450 {
             assert_eq!(
                 snap.get(&key(i)).unwrap(),

@@ -22,3 +22,4 @@ mod ingest;
 mod search;
 mod startup;
 mod store;
+mod transactions;

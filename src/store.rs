@@ -743,18 +743,29 @@ impl Store {
         };
         let (reply, mut rx) = oneshot::channel();
         let req = WriteRequest { tenant, ops, reply };
-        let req = if let Some(workers) = workers {
-            self.commit_inline(req, workers)
-        } else {
-            Some(req)
+        let inline = match workers {
+            Some(w) => self.commit_inline(req, w),
+            None => Inline::Queue(req),
         };
-        let Some(req) = req else {
-            // Committed inline without reaching an await: yield, so a caller that writes in a
-            // loop (the reclaim loop) does not hold its worker.
-            tokio::task::yield_now().await;
-            return rx
-                .try_recv()
-                .map_err(|_| Error::internal("writer dropped a request"))?;
+        let req = match inline {
+            Inline::Queue(req) => req,
+            Inline::CommittedOnWorker | Inline::CommittedRuntimeMoved => {
+                if matches!(inline, Inline::CommittedOnWorker) {
+                    // Committed without reaching an await on a worker that other tasks
+                    // share: yield, so a caller that writes in a loop (the reclaim loop)
+                    // does not hold it.
+                    tokio::task::yield_now().await;
+                } else {
+                    // The runtime moved to another thread for the commit, and this task goes
+                    // on here: answering now, on this thread, saves waking that thread to
+                    // poll it again (a hand-off on the acknowledged path). A loop of writes
+                    // still yields once its cooperative budget runs out.
+                    tokio::task::consume_budget().await;
+                }
+                return rx
+                    .try_recv()
+                    .map_err(|_| Error::internal("writer dropped a request"))?;
+            }
         };
         sender
             .send(req)
@@ -766,18 +777,19 @@ impl Store {
 
     /// Commits `req` on this thread unless a group is committing; hands it back then.
     /// `workers`: the calling runtime's worker count (`runtime_workers`).
-    fn commit_inline(&self, req: WriteRequest, workers: usize) -> Option<WriteRequest> {
+    fn commit_inline(&self, req: WriteRequest, workers: usize) -> Inline {
         let Ok(mut core) = self.core.try_lock() else {
-            return Some(req);
+            return Inline::Queue(req);
         };
         if workers == 1 {
             // The only worker: the runtime's tasks move to another thread while this one
             // waits for the fdatasync, so other connections are not held up.
             tokio::task::block_in_place(|| core.commit_group(vec![req]));
+            Inline::CommittedRuntimeMoved
         } else {
             core.commit_group(vec![req]);
+            Inline::CommittedOnWorker
         }
-        None
     }
 
     /// Stops accepting writes, lets the writer commit what is queued, and waits for it.
@@ -810,6 +822,16 @@ impl Drop for Store {
 /// (`config::Runtime` on 2 CPUs) it commits in `block_in_place`, which hands the runtime to
 /// another thread meanwhile (requests of other connections would otherwise wait, queued
 /// where no counter sees them).
+/// How `Store::commit_inline` went.
+enum Inline {
+    /// A group is committing: the request goes to the writer thread.
+    Queue(WriteRequest),
+    /// Committed on this worker thread, which the runtime's other tasks wait for meanwhile.
+    CommittedOnWorker,
+    /// Committed in `block_in_place`: the runtime went on on another thread.
+    CommittedRuntimeMoved,
+}
+
 fn runtime_workers() -> Option<usize> {
     let h = tokio::runtime::Handle::try_current().ok()?;
     (h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)

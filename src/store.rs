@@ -938,11 +938,15 @@ struct WriterCore {
 struct MetaCache(Mutex<HashMap<Vec<u8>, Option<Vec<u8>>>>);
 
 /// Entries at which `MetaCache` starts over (many tenants or labels).
-const META_CACHE_MAX: usize = 200_000;
+const META_CACHE_MAX: usize = 50_000;
+/// Longer keys (long property or label names) are not remembered: with the entry cap, the
+/// memory stays under ~13 MiB of keys (values are ids and counters, 8–16 bytes).
+const META_KEY_MAX: usize = 256;
 
 impl MetaCache {
     fn holds(key: &[u8]) -> bool {
         key.len() > 9
+            && key.len() <= META_KEY_MAX
             && key[0] == keys::TENANT
             && matches!(
                 key[9],

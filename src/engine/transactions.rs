@@ -27,8 +27,7 @@ use crate::protocol::{
 use crate::store::records::{self as rec, PutRecord, WriteOp, WriteOutcome};
 use crate::store::{self, Tenant, STAGED_VERSION};
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -63,7 +62,8 @@ pub struct Transactions {
     leases: Mutex<BTreeSet<(Instant, Uuid)>>,
     /// Wakes the keeper when a lease earlier than every other one is taken.
     earlier_lease: tokio::sync::Notify,
-    keeper_started: AtomicBool,
+    /// The lease keeper's task (`keep_leases`), once started.
+    keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// How a commit ended (Protocol v1 `transactionOutcome`).
@@ -113,24 +113,25 @@ impl Transactions {
         })
     }
 
+    /// The lease set; a panic elsewhere while it was held does not stop expiry.
+    fn lease_set(&self) -> std::sync::MutexGuard<'_, BTreeSet<(Instant, Uuid)>> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Ends an open transaction's registration: its id and its lease.
     fn remove(&self, id: &Uuid, deadline: Instant) {
         if let Ok(mut open) = self.open.lock() {
             open.remove(id);
         }
-        if let Ok(mut leases) = self.leases.lock() {
-            leases.remove(&(deadline, *id));
-        }
+        self.lease_set().remove(&(deadline, *id));
     }
 
     /// Takes a lease; wakes the keeper when it is the earliest.
     fn lease(&self, id: Uuid, deadline: Instant) {
-        let earliest = match self.leases.lock() {
-            Ok(mut leases) => {
-                leases.insert((deadline, id));
-                leases.first() == Some(&(deadline, id))
-            }
-            Err(_) => false,
+        let earliest = {
+            let mut leases = self.lease_set();
+            leases.insert((deadline, id));
+            leases.first() == Some(&(deadline, id))
         };
         if earliest {
             self.earlier_lease.notify_one();
@@ -139,9 +140,7 @@ impl Transactions {
 
     /// The leases due at `now`, taken out of the set, and the next deadline after them.
     fn due(&self, now: Instant) -> (Vec<Uuid>, Option<Instant>) {
-        let Ok(mut leases) = self.leases.lock() else {
-            return (Vec::new(), None);
-        };
+        let mut leases = self.lease_set();
         let mut due = Vec::new();
         while let Some(&(at, id)) = leases.first() {
             if at > now {
@@ -155,7 +154,7 @@ impl Transactions {
 
     /// Leases held: one per open transaction.
     pub fn leases(&self) -> usize {
-        self.leases.lock().map(|l| l.len()).unwrap_or(0)
+        self.lease_set().len()
     }
 
     fn handle(&self, id: &Uuid) -> Option<Handle> {
@@ -173,27 +172,30 @@ impl Transactions {
 /// The lease keeper (one per engine, started with the first transaction): sleeps until the
 /// earliest lease, or until an earlier one is taken, and expires the transactions that are
 /// due, each in its own task (an expiry waits for the transaction's lock, and an autocommit
-/// for the writer).
-async fn keep_leases(store: Arc<store::Store>, txs: Arc<Transactions>) {
+/// for the writer). It holds the engine's parts weakly and looks again at least every
+/// [`KEEPER_IDLE`], so it ends once the engine is dropped; `begin` starts another if it ended
+/// (its runtime shut down while the engine lives on).
+async fn keep_leases(store: Weak<store::Store>, txs: Weak<Transactions>) {
     loop {
-        let (due, next) = txs.due(Instant::now());
+        let Some(t) = txs.upgrade() else { return };
+        let now = Instant::now();
+        let (due, next) = t.due(now);
         for id in due {
-            if let Some(h) = txs.handle(&id) {
-                tokio::spawn(expire(h, store.clone(), txs.clone()));
+            if let (Some(h), Some(s)) = (t.handle(&id), store.upgrade()) {
+                tokio::spawn(expire(h, s, t.clone()));
             }
         }
         // A lease taken after `due` looked is either later than `next` or wakes this.
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at.into()) => {}
-                    _ = txs.earlier_lease.notified() => {}
-                }
-            }
-            None => txs.earlier_lease.notified().await,
+        let until = next.map_or(now + KEEPER_IDLE, |at| at.min(now + KEEPER_IDLE));
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.into()) => {}
+            _ = t.earlier_lease.notified() => {}
         }
     }
 }
+
+/// The longest the lease keeper sleeps before it checks that its engine still exists.
+const KEEPER_IDLE: Duration = Duration::from_secs(1);
 
 /// Ends a transaction whose ttl elapsed: rolled back (its id then answers
 /// `transaction_expired`), or committed when it asked for autocommit.
@@ -278,12 +280,18 @@ impl Engine {
             .map_err(|_| Error::internal("tx lock"))?
             .insert(id, open);
         self.transactions.lease(id, deadline);
-        if !self
-            .transactions
-            .keeper_started
-            .swap(true, Ordering::AcqRel)
         {
-            tokio::spawn(keep_leases(self.store.clone(), self.transactions.clone()));
+            let mut keeper = self
+                .transactions
+                .keeper
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if keeper.as_ref().is_none_or(|k| k.is_finished()) {
+                *keeper = Some(tokio::spawn(keep_leases(
+                    Arc::downgrade(&self.store),
+                    Arc::downgrade(&self.transactions),
+                )));
+            }
         }
         Ok(Outcome::TransactionBegun { id, ttl })
     }

@@ -1,35 +1,17 @@
 //! Inline vectors given with imports and creates are stored with their record (key kind
 //! INLINE_VECTOR) in the import's own batch, and go when the record goes.
 
-use engine::engine::{Engine, EngineConfig, Envelope, Outcome, Transport};
-use engine::protocol::{decode, Operation};
+use engine::engine::{Engine, Outcome};
 use engine::store::keys::{self, Key};
 use engine::store::kv::KvRead;
-use engine::store::{Store, TenancyMode};
 use serde_json::{json, Value};
 
 fn engine(dir: &std::path::Path) -> Engine {
-    let store = Store::open(dir, TenancyMode::Single).unwrap();
-    Engine::new(
-        store,
-        EngineConfig {
-            bootstrap_token: "t".into(),
-            capability_secret: None,
-        },
-    )
+    crate::in_process_engine(dir)
 }
 
 async fn run(e: &Engine, op: Value) -> engine::error::Result<Outcome> {
-    let operation: Operation = decode(op, "operation").unwrap();
-    e.execute(Envelope {
-        credential: Some("t".into()),
-        tenant_header: None,
-        scope: None,
-        transport: Transport::Protocol,
-        transaction: None,
-        operation,
-    })
-    .await
+    crate::run_protocol(e, op).await
 }
 
 /// (record id, property) -> values of every stored inline vector.

@@ -17,6 +17,35 @@ pub fn serve_command(dir: &std::path::Path) -> std::process::Command {
     c
 }
 
+/// An engine in this process on a store in `dir` (single tenant, bootstrap token `t`).
+pub fn in_process_engine(dir: &std::path::Path) -> engine::engine::Engine {
+    let store = engine::store::Store::open(dir, engine::store::TenancyMode::Single).unwrap();
+    engine::engine::Engine::new(
+        store,
+        engine::engine::EngineConfig {
+            bootstrap_token: "t".into(),
+            capability_secret: None,
+        },
+    )
+}
+
+/// Runs one Protocol v1 operation (JSON) with the bootstrap token of [`in_process_engine`].
+pub async fn run_protocol(
+    e: &engine::engine::Engine,
+    op: serde_json::Value,
+) -> engine::error::Result<engine::engine::Outcome> {
+    let operation: engine::protocol::Operation = engine::protocol::decode(op, "operation").unwrap();
+    e.execute(engine::engine::Envelope {
+        credential: Some("t".into()),
+        tenant_header: None,
+        scope: None,
+        transport: engine::engine::Transport::Protocol,
+        transaction: None,
+        operation,
+    })
+    .await
+}
+
 mod grpc;
 mod ingest;
 mod search;

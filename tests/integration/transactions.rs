@@ -2,39 +2,14 @@
 //! no task) behind, and one whose ttl elapses expires on time even when the lease keeper was
 //! sleeping until a later deadline.
 
-use engine::engine::{Engine, EngineConfig, Envelope, Outcome, Transport};
-use engine::protocol::{decode, Operation};
-use engine::store::{Store, TenancyMode};
+use engine::engine::{Engine, Outcome};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-fn engine(dir: &std::path::Path) -> Engine {
-    let store = Store::open(dir, TenancyMode::Single).unwrap();
-    Engine::new(
-        store,
-        EngineConfig {
-            bootstrap_token: "t".into(),
-            capability_secret: None,
-        },
-    )
-}
-
 async fn tx(e: &Engine, body: Value) -> Outcome {
-    let operation: Operation = decode(
-        json!({"kind": "transaction", "transaction": body}),
-        "operation",
-    )
-    .unwrap();
-    e.execute(Envelope {
-        credential: Some("t".into()),
-        tenant_header: None,
-        scope: None,
-        transport: Transport::Protocol,
-        transaction: None,
-        operation,
-    })
-    .await
-    .unwrap()
+    crate::run_protocol(e, json!({"kind": "transaction", "transaction": body}))
+        .await
+        .unwrap()
 }
 
 async fn begin(e: &Engine, ttl_ms: u64) -> String {
@@ -54,7 +29,7 @@ async fn commit_status(e: &Engine, id: &str) -> &'static str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ended_transactions_leave_no_lease_and_due_ones_expire_on_time() {
     let dir = tempfile::tempdir().unwrap();
-    let e = engine(dir.path());
+    let e = crate::in_process_engine(dir.path());
     let mut ids = Vec::new();
     for _ in 0..200 {
         ids.push(begin(&e, 30_000).await);
@@ -83,4 +58,26 @@ async fn ended_transactions_leave_no_lease_and_due_ones_expire_on_time() {
     assert_eq!(commit_status(&e, &short).await, "expired");
     assert_eq!(commit_status(&e, &long).await, "committed");
     assert_eq!(e.transactions.leases(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_keeper_does_not_keep_a_dropped_engine_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = crate::in_process_engine(dir.path());
+    begin(&e, 30_000).await; // starts the keeper, which then sleeps
+    let store = e.store.clone();
+    drop(e);
+    // The keeper holds the store only weakly and looks again within a second, then ends.
+    let mut alone = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if std::sync::Arc::strong_count(&store) == 1 && std::sync::Arc::weak_count(&store) == 0 {
+            alone = true;
+            break;
+        }
+    }
+    assert!(
+        alone,
+        "something still refers to the store 4 s after the engine was dropped"
+    );
 }

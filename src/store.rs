@@ -748,31 +748,26 @@ impl Store {
             Some(w) => self.commit_inline(req, w),
             None => Inline::Queue(req),
         };
-        let req = match inline {
-            Inline::Queue(req) => req,
-            Inline::CommittedOnWorker | Inline::CommittedRuntimeMoved => {
-                if matches!(inline, Inline::CommittedOnWorker) {
-                    // Committed without reaching an await on a worker that other tasks
-                    // share: yield, so a caller that writes in a loop (the reclaim loop)
-                    // does not hold it.
-                    tokio::task::yield_now().await;
-                } else {
-                    // The runtime moved to another thread for the commit, and this task goes
-                    // on here: answering now, on this thread, saves waking that thread to
-                    // poll it again (a hand-off on the acknowledged path). A loop of writes
-                    // still yields once its cooperative budget runs out.
-                    tokio::task::consume_budget().await;
-                }
+        match inline {
+            Inline::Queue(req) => {
+                sender
+                    .send(req)
+                    .await
+                    .map_err(|_| Error::internal("writer stopped"))?;
                 return rx
-                    .try_recv()
+                    .await
                     .map_err(|_| Error::internal("writer dropped a request"))?;
             }
-        };
-        sender
-            .send(req)
-            .await
-            .map_err(|_| Error::internal("writer stopped"))?;
-        rx.await
+            // Committed without reaching an await on a worker that other tasks share: yield,
+            // so a caller that writes in a loop (the reclaim loop) does not hold it.
+            Inline::CommittedOnWorker => tokio::task::yield_now().await,
+            // The runtime moved to another thread for the commit, and this task goes on here:
+            // answering now, on this thread, saves waking that thread to poll it again (a
+            // hand-off on the acknowledged path). A loop of writes still yields once its
+            // cooperative budget runs out.
+            Inline::CommittedRuntimeMoved => tokio::task::consume_budget().await,
+        }
+        rx.try_recv()
             .map_err(|_| Error::internal("writer dropped a request"))?
     }
 
@@ -817,12 +812,6 @@ impl Drop for Store {
     }
 }
 
-/// The worker count of the multi-thread tokio runtime the caller runs on; None elsewhere (a
-/// current-thread runtime or no runtime: no write commits inline there). With two or more
-/// workers an inline commit blocks one while the others serve connections; with one
-/// (`config::Runtime` on 2 CPUs) it commits in `block_in_place`, which hands the runtime to
-/// another thread meanwhile (requests of other connections would otherwise wait, queued
-/// where no counter sees them).
 /// How `Store::commit_inline` went.
 enum Inline {
     /// A group is committing: the request goes to the writer thread.
@@ -833,6 +822,12 @@ enum Inline {
     CommittedRuntimeMoved,
 }
 
+/// The worker count of the multi-thread tokio runtime the caller runs on; None elsewhere (a
+/// current-thread runtime or no runtime: no write commits inline there). With two or more
+/// workers an inline commit blocks one while the others serve connections; with one
+/// (`config::Runtime` on 2 CPUs) it commits in `block_in_place`, which hands the runtime to
+/// another thread meanwhile (requests of other connections would otherwise wait, queued
+/// where no counter sees them).
 fn runtime_workers() -> Option<usize> {
     let h = tokio::runtime::Handle::try_current().ok()?;
     (h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
@@ -962,16 +957,19 @@ impl MetaCache {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Remembers `key`'s committed value; starts over once `META_CACHE_MAX` entries are held.
+    fn remember(map: &mut HashMap<Vec<u8>, Option<Vec<u8>>>, key: &[u8], v: &Option<Vec<u8>>) {
+        if map.len() >= META_CACHE_MAX {
+            map.clear();
+        }
+        map.insert(key.to_vec(), v.clone());
+    }
+
     /// A published group's writes replace the entries of the keys they touch.
     fn absorb(&self, writes: &std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
         let mut map = self.map();
-        for (k, v) in writes {
-            if Self::holds(k) {
-                map.insert(k.clone(), v.clone());
-            }
-        }
-        if map.len() > META_CACHE_MAX {
-            map.clear();
+        for (k, v) in writes.iter().filter(|(k, _)| Self::holds(k)) {
+            Self::remember(&mut map, k, v);
         }
     }
 }
@@ -991,11 +989,7 @@ impl KvRead for CachedView<'_> {
             return Ok(v.clone());
         }
         let v = self.view.get(key)?;
-        let mut map = self.meta.map();
-        if map.len() >= META_CACHE_MAX {
-            map.clear();
-        }
-        map.insert(key.to_vec(), v.clone());
+        MetaCache::remember(&mut self.meta.map(), key, &v);
         Ok(v)
     }
     fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: kv::Visit) -> Result<()> {

@@ -56,6 +56,9 @@ pub struct Storage {
     /// Redo-log MiB after which a checkpoint makes the store file durable and starts the log
     /// over (also every 30 s under writes, and after 500 ms without writes).
     pub checkpoint_mb: u64,
+    /// Memory for key runs graph searches read again and again (adjacency of one type, index
+    /// entries of one value), MiB; 0 turns it off (docs/design.md "Key memo").
+    pub key_memo_mb: u64,
 }
 
 impl Default for Storage {
@@ -63,6 +66,7 @@ impl Default for Storage {
         Storage {
             cache_mb: crate::store::DEFAULT_CACHE_MB,
             checkpoint_mb: crate::store::DEFAULT_CHECKPOINT_MB,
+            key_memo_mb: crate::store::memo::DEFAULT_KEY_MEMO_MB,
         }
     }
 }
@@ -189,6 +193,9 @@ impl FileConfig {
         }
         if !(1..=4096).contains(&self.storage.checkpoint_mb) {
             return Err("storage.checkpoint_mb must be between 1 and 4096".into());
+        }
+        if self.storage.key_memo_mb > 1 << 20 {
+            return Err("storage.key_memo_mb must be between 0 and 1048576".into());
         }
         if self.runtime.workers > 1024 {
             return Err("runtime.workers must be between 0 (automatic) and 1024".into());

@@ -636,4 +636,9 @@ impl Engine {
         }
         Ok((records, self.store.tenant_count() as u64))
     }
+
+    /// What the store's key memo holds and has answered (metrics).
+    pub fn key_memo(&self) -> crate::store::memo::MemoStats {
+        self.store.memo_stats()
+    }
 }

@@ -1,6 +1,7 @@
 //! Request metrics in Prometheus text exposition. Labelled by route template and status,
 //! never by ids or tenants, so the series count is bounded by the route table.
 
+use crate::store::memo::MemoStats;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -48,8 +49,8 @@ impl Metrics {
         }
     }
 
-    /// Renders the exposition; `records` and `tenants` are store-wide gauges.
-    pub fn render(&self, records: u64, tenants: u64) -> String {
+    /// Renders the exposition; `records`, `tenants` and `memo` are store-wide.
+    pub fn render(&self, records: u64, tenants: u64, memo: MemoStats) -> String {
         let mut out = String::new();
         let Ok(m) = self.inner.lock() else { return out };
         out.push_str("# HELP engine_http_requests_total HTTP requests by route template, method and status.\n");
@@ -93,6 +94,12 @@ impl Metrics {
         let _ = writeln!(out, "engine_records {records}");
         out.push_str("# HELP engine_tenants Tenants with data.\n# TYPE engine_tenants gauge\n");
         let _ = writeln!(out, "engine_tenants {tenants}");
+        out.push_str("# HELP engine_key_memo_bytes Bytes of key runs held in the key memo.\n# TYPE engine_key_memo_bytes gauge\n");
+        let _ = writeln!(out, "engine_key_memo_bytes {}", memo.bytes);
+        out.push_str("# HELP engine_key_memo_runs Key runs held in the key memo.\n# TYPE engine_key_memo_runs gauge\n");
+        let _ = writeln!(out, "engine_key_memo_runs {}", memo.runs);
+        out.push_str("# HELP engine_key_memo_hits_total Key runs read from the key memo instead of the store.\n# TYPE engine_key_memo_hits_total counter\n");
+        let _ = writeln!(out, "engine_key_memo_hits_total {}", memo.hits);
         out
     }
 }

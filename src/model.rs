@@ -47,6 +47,41 @@ pub fn hash_bytes(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
+/// A Bloom filter of 64-bit hashes: 16 bits per hash (at least 512), two probes, ~1.4% false
+/// positives. Invariant: `may_hold(h)` is true for every hash it was built from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bloom {
+    bits: Vec<u64>,
+    /// Bit count minus one (a power of two minus one).
+    mask: u64,
+}
+
+impl Bloom {
+    pub fn new(hashes: impl Iterator<Item = u64>, keys: usize) -> Bloom {
+        let nbits = (keys.saturating_mul(16)).next_power_of_two().max(512);
+        let mut f = Bloom {
+            bits: vec![0; nbits / 64],
+            mask: nbits as u64 - 1,
+        };
+        for h in hashes {
+            for bit in f.probes(h) {
+                f.bits[(bit / 64) as usize] |= 1 << (bit % 64);
+            }
+        }
+        f
+    }
+
+    fn probes(&self, h: u64) -> [u64; 2] {
+        [h & self.mask, h.rotate_left(39) & self.mask]
+    }
+
+    pub fn may_hold(&self, h: u64) -> bool {
+        self.probes(h)
+            .iter()
+            .all(|&bit| self.bits[(bit / 64) as usize] & (1 << (bit % 64)) != 0)
+    }
+}
+
 /// See [`IdHash`]. Other inputs than a UUID's bytes (a length prefix) are folded in too.
 pub struct IdHasher(u64);
 

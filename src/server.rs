@@ -123,6 +123,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
     let opts = crate::store::StoreOptions {
         cache_mb: cfg.file.storage.cache_mb,
         checkpoint_mb: cfg.file.storage.checkpoint_mb,
+        key_memo_mb: cfg.file.storage.key_memo_mb,
     };
     let store = tokio::task::spawn_blocking(move || Store::open_with(&data_dir, mode, opts))
         .await

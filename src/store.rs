@@ -19,6 +19,7 @@
 pub mod codec;
 pub mod keys;
 pub mod kv;
+pub mod memo;
 pub mod records;
 pub mod relationships;
 pub mod wal;
@@ -160,6 +161,9 @@ struct Published {
     draining: Mutex<()>,
     /// The store file, opened read-only, for writeback hints only.
     store_file: Option<std::fs::File>,
+    /// Key runs snapshots read from memory while unchanged; told of every batch before it is
+    /// published (`publish`).
+    memo: Arc<memo::KeyMemo>,
 }
 
 #[derive(Default)]
@@ -205,7 +209,7 @@ impl Published {
                 fresh
             }
         };
-        Ok(Snapshot::new(view, &batches))
+        Ok(Snapshot::new(view, &batches).with_memo(self.memo.clone()))
     }
 
     fn views(&self) -> std::sync::MutexGuard<'_, Option<Arc<kv::RedbView>>> {
@@ -218,6 +222,9 @@ impl Published {
 
     /// Makes a logged group visible.
     fn publish(&self, batch: Batch) {
+        // Before the batch is visible: the memo's invariant (store/memo.rs).
+        self.memo
+            .note(batch.seq, batch.writes.keys().map(|k| k.as_slice()));
         let mut st = self.lock();
         let keys_before = st.keys;
         st.keys += batch.writes.len();
@@ -467,6 +474,8 @@ pub struct StoreOptions {
     pub cache_mb: u64,
     /// Redo-log MiB after which a checkpoint starts.
     pub checkpoint_mb: u64,
+    /// Budget of the key memo (store/memo.rs), MiB; 0 turns it off.
+    pub key_memo_mb: u64,
 }
 
 impl Default for StoreOptions {
@@ -474,6 +483,7 @@ impl Default for StoreOptions {
         StoreOptions {
             cache_mb: DEFAULT_CACHE_MB,
             checkpoint_mb: DEFAULT_CHECKPOINT_MB,
+            key_memo_mb: memo::DEFAULT_KEY_MEMO_MB,
         }
     }
 }
@@ -490,6 +500,7 @@ impl Store {
         let StoreOptions {
             cache_mb,
             checkpoint_mb,
+            key_memo_mb,
         } = opts;
         std::fs::create_dir_all(dir).map_err(|e| {
             startup(format!(
@@ -620,6 +631,7 @@ impl Store {
             changed: Condvar::new(),
             draining: Mutex::new(()),
             store_file: std::fs::File::open(&path).ok(),
+            memo: Arc::new(memo::KeyMemo::new(key_memo_mb)),
         });
         let tenants: TenantCache = Arc::new(RwLock::new(tenants));
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -663,6 +675,10 @@ impl Store {
 
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.published.snapshot()
+    }
+
+    pub fn memo_stats(&self) -> memo::MemoStats {
+        self.published.memo.stats()
     }
 
     /// The numeric id of a tenant, or None for a tenant that has never been written.
@@ -1277,6 +1293,7 @@ mod tests {
             changed: Condvar::new(),
             draining: Mutex::new(()),
             store_file: None,
+            memo: Arc::new(memo::KeyMemo::new(0)),
         };
         let seq_key = Key::system(keys::SYS_COMMIT_SEQ).0;
         let key = |i: u64| format!("k{}", i % 5).into_bytes();
@@ -1332,6 +1349,150 @@ mod tests {
             Arc::ptr_eq(&a.redb_view(), &b.redb_view()),
             "no drain between: shared"
         );
+    }
+
+    /// Through random writes to adjacency and property index keys, drains, snapshots kept
+    /// from before later writes and a memo small enough to start over often, every key scan
+    /// through the memo visits exactly the keys the snapshot's own scan does, in both
+    /// directions, read whole or stopped early.
+    #[test]
+    fn key_memo_answers_as_the_snapshot_does() {
+        for budget in [4096usize, 1 << 20] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(KV).unwrap();
+            txn.commit().unwrap();
+            let memo = Arc::new(memo::KeyMemo::with_budget(budget));
+            let p = Published {
+                view: Mutex::new(None),
+                db: Arc::new(db),
+                state: Mutex::default(),
+                changed: Condvar::new(),
+                draining: Mutex::new(()),
+                store_file: None,
+                memo: memo.clone(),
+            };
+            let mut rng = 0x2545_F491_4F6C_DD1Du64;
+            let mut next = move |n: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % n
+            };
+            let id = |i: u64| {
+                uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + i as u128)
+            };
+            let types = ["KNOWS", "LIKES", "A\u{0}B"];
+            let adj = |node: u64, dir: u64, ty: u64, other: u64, rel: u64| {
+                Key::tenant(1, keys::ADJACENCY)
+                    .uuid(&id(node))
+                    .u8(dir as u8)
+                    .str(types[ty as usize])
+                    .uuid(&id(other))
+                    .uuid(&id(rel))
+                    .0
+            };
+            let idx = |pid: u64, value: u64, rec: u64| {
+                Key::tenant(1, keys::PROP_INDEX)
+                    .uuid(&id(1000 + pid))
+                    .str("L")
+                    .str(&format!("v{value}"))
+                    .uuid(&id(rec))
+                    .0
+            };
+            let prefixes: Vec<Vec<u8>> = {
+                let mut v = Vec::new();
+                for node in 0..4 {
+                    let n = Key::tenant(1, keys::ADJACENCY).uuid(&id(node));
+                    v.push(n.clone().0);
+                    for dir in 0..2u8 {
+                        v.push(n.clone().u8(dir).0);
+                        for ty in types {
+                            v.push(n.clone().u8(dir).str(ty).0);
+                        }
+                    }
+                }
+                for pid in 0..2 {
+                    let b = Key::tenant(1, keys::PROP_INDEX).uuid(&id(1000 + pid));
+                    v.push(b.clone().0);
+                    for value in 0..3 {
+                        v.push(b.clone().str("L").str(&format!("v{value}")).0);
+                    }
+                }
+                v
+            };
+            let keys_of = |snap: &Snapshot, pre: &[u8], reverse: bool, stop: usize, memo: bool| {
+                let mut out = Vec::new();
+                let end = keys::prefix_end(pre);
+                let mut visit = |k: &[u8], _: &[u8]| {
+                    out.push(k.to_vec());
+                    Ok(out.len() < stop)
+                };
+                if memo {
+                    snap.scan_keys(pre, &end, reverse, &mut visit).unwrap();
+                } else {
+                    snap.scan(pre, &end, reverse, &mut visit).unwrap();
+                }
+                out
+            };
+            let mut kept: Vec<Snapshot> = Vec::new();
+            let mut checks = 0;
+            for seq in 1..=300u64 {
+                let mut w = BTreeMap::new();
+                for _ in 0..1 + next(4) {
+                    let k = match next(2) {
+                        0 => adj(next(4), next(2), next(3), next(4), next(3)),
+                        _ => idx(next(2), next(3), next(6)),
+                    };
+                    w.insert(k, (next(3) > 0).then(Vec::new));
+                }
+                w.insert(
+                    Key::system(keys::SYS_COMMIT_SEQ).0,
+                    Some(codec::encode_u64(seq)),
+                );
+                p.publish(Batch::new(seq, w));
+                if seq % 7 == 0 {
+                    p.drain(false).unwrap();
+                }
+                kept.push(p.snapshot().unwrap());
+                if kept.len() > 6 {
+                    kept.remove(next(kept.len() as u64) as usize);
+                }
+                for _ in 0..20 {
+                    let snap = &kept[next(kept.len() as u64) as usize];
+                    let pre = &prefixes[next(prefixes.len() as u64) as usize];
+                    let reverse = next(2) == 0;
+                    let stop = if next(4) == 0 {
+                        1 + next(3) as usize
+                    } else {
+                        usize::MAX
+                    };
+                    assert_eq!(
+                        keys_of(snap, pre, reverse, stop, true),
+                        keys_of(snap, pre, reverse, stop, false),
+                        "group {seq}, snapshot {}, prefix {pre:?}, reverse {reverse}",
+                        snap.seq()
+                    );
+                    checks += 1;
+                }
+            }
+            assert_eq!(checks, 6000);
+            let stats = memo.stats();
+            assert!(stats.runs > 0 && stats.bytes <= budget, "{stats:?}");
+            assert!(
+                stats.hits > 100,
+                "runs were answered from memory: {stats:?}"
+            );
+            eprintln!("budget {budget}: {stats:?}");
+            // The second read of a run is answered from memory.
+            let snap = p.snapshot().unwrap();
+            let pre = &prefixes[2];
+            let first = keys_of(&snap, pre, false, usize::MAX, true);
+            let hits = memo.stats().hits;
+            assert_eq!(keys_of(&snap, pre, false, usize::MAX, true), first);
+            assert_eq!(memo.stats().hits, hits + 1);
+        }
     }
 
     /// The writer's `MetaCache` holds exactly the committed value of every key it has an

@@ -91,7 +91,7 @@ impl IndexAccess {
     ) -> Result<(u64, bool)> {
         let (mut examined, mut exhausted) = (0u64, false);
         let Some(test) = &self.test else {
-            kv.scan(s, e, reverse, &mut |k, _| {
+            kv.scan_keys(s, e, reverse, &mut |k, _| {
                 examined += 1;
                 if !visit(k)? {
                     return Ok(false);
@@ -226,12 +226,7 @@ impl<'a> Gates<'a> {
     fn admit(&self, id: &Uuid) -> Option<bool> {
         let mut sure = true;
         for g in &self.sets {
-            if !g.sure.contains(id) {
-                if !g.maybe.contains(id) {
-                    return None;
-                }
-                sure = false;
-            }
+            sure &= g.reaches(id)?;
         }
         Some(sure)
     }
@@ -1104,6 +1099,11 @@ fn gated_index_parallel<R: KvRead>(
     };
     // A value-filtered walk seeks by value runs from its range start: not split.
     if threads < 2 || ia.test.is_some() || estimated < ESTIMATE_CAP {
+        return Ok(None);
+    }
+    // Runs the key memo holds (or fills on this read) read faster on one thread than redb on
+    // several.
+    if ia.ranges.iter().all(|(s, e)| kv.memoizes(s, e)) {
         return Ok(None);
     }
     let mut slices: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();

@@ -14,7 +14,7 @@
 use crate::error::{Error, Result};
 use crate::model::datetime::{self, Instant};
 use crate::model::infer::number_scalar;
-use crate::model::{IdSet, PropType, PropValue, Record, Scalar};
+use crate::model::{hash_bytes, Bloom, IdSet, PropType, PropValue, Record, Scalar};
 use crate::store::relationships::EdgeFilter;
 use serde_json::{Map, Value};
 use std::cmp::Ordering;
@@ -95,6 +95,37 @@ pub struct Resolved {
     pub targets: IdSet,
     /// The label every record of `sure` has, when the relationship counters imply one.
     pub label: Option<String>,
+    /// When set, holds the `hash_bytes` of every id in `sure` and `maybe` (built once both
+    /// are final): most records outside both are ruled out without probing either set.
+    pub reached: Option<Bloom>,
+}
+
+impl Resolved {
+    /// Builds `reached` from the final `sure` and `maybe`.
+    pub fn seal(&mut self) {
+        let ids = self.sure.iter().chain(&self.maybe);
+        self.reached = Some(Bloom::new(
+            ids.map(|id| hash_bytes(id.as_bytes())),
+            self.sure.len() + self.maybe.len(),
+        ));
+    }
+
+    /// Some(true) when `id` surely satisfies the block, Some(false) when it must be checked
+    /// from its own side, None when it does not satisfy it.
+    pub fn reaches(&self, id: &Uuid) -> Option<bool> {
+        if let Some(b) = &self.reached {
+            if !b.may_hold(hash_bytes(id.as_bytes())) {
+                return None;
+            }
+        }
+        if self.sure.contains(id) {
+            Some(true)
+        } else if self.maybe.contains(id) {
+            Some(false)
+        } else {
+            None
+        }
+    }
 }
 
 /// Evaluates traversal blocks that were not resolved from the related side.

@@ -85,9 +85,9 @@ impl<'a, R: KvRead + ?Sized> Walker<'a, R> {
         for depth in 1..=max {
             let mut next = Vec::new();
             for n in &frontier {
-                rels::edges(self.kv, self.tenant, n, &rel.edges, &mut |e| {
-                    if seen.insert(e.other) {
-                        next.push(e.other);
+                rels::others(self.kv, self.tenant, n, &rel.edges, &mut |other| {
+                    if seen.insert(other) {
+                        next.push(other);
                     }
                     Ok(true)
                 })?;
@@ -458,8 +458,8 @@ fn neighbours<R: KvRead>(kv: &R, tenant: u64, nodes: &[Uuid], f: &EdgeFilter) ->
     ) -> Result<Vec<Uuid>> {
         let mut out = Vec::with_capacity(nodes.len());
         for n in nodes {
-            rels::edges(kv, tenant, n, f, &mut |e| {
-                out.push(e.other);
+            rels::others(kv, tenant, n, f, &mut |other| {
+                out.push(other);
                 Ok(true)
             })?;
         }
@@ -498,13 +498,17 @@ fn reach_back<R: KvRead>(
         // In key order, consecutive adjacency reads share the upper pages of the B-tree.
         frontier.sort_unstable();
         let mut next = Vec::new();
-        for other in neighbours(kv, tenant, &frontier, &back)? {
+        let others = neighbours(kv, tenant, &frontier, &back)?;
+        // Grown once, not doubling along the way.
+        dist.reserve(others.len());
+        for other in others {
             if let std::collections::hash_map::Entry::Vacant(v) = dist.entry(other) {
                 v.insert(depth);
                 next.push(other);
             }
         }
         if depth >= min {
+            res.sure.reserve(next.len());
             res.sure.extend(next.iter().copied());
         } else {
             res.maybe.extend(next.iter().copied());
@@ -521,5 +525,6 @@ fn reach_back<R: KvRead>(
         res.maybe.extend(targets.iter().copied());
     }
     res.targets = targets;
+    res.seal();
     Ok(res)
 }

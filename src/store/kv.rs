@@ -2,8 +2,9 @@
 //! write, commit, snapshot). redb is the embedded implementation; a distributed ordered
 //! transactional store would implement the same surface.
 
+use super::memo::{is_prefix_end, KeyMemo};
 use crate::error::Result;
-use crate::model::hash_bytes;
+use crate::model::{hash_bytes, Bloom};
 use redb::{ReadableTable, TableDefinition};
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -23,6 +24,19 @@ pub trait KvRead {
 
     fn scan_prefix(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
         self.scan(prefix, &super::keys::prefix_end(prefix), reverse, visit)
+    }
+    /// `scan` for a caller that reads keys only: it must not read the values passed (a
+    /// snapshot may answer from its key memo, passing `&[]`: store/memo.rs).
+    fn scan_keys(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        self.scan(start, end, reverse, visit)
+    }
+    fn scan_prefix_keys(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        self.scan_keys(prefix, &super::keys::prefix_end(prefix), reverse, visit)
+    }
+    /// Whether `scan_keys` of `[start, end)` goes through a key memo (a caller then reads the
+    /// range on one thread rather than split over several).
+    fn memoizes(&self, _start: &[u8], _end: &[u8]) -> bool {
+        false
     }
     /// This view, when several threads may read it at once (a snapshot); None otherwise.
     fn shared(&self) -> Option<&(dyn KvRead + Sync)> {
@@ -89,51 +103,17 @@ pub struct Batch {
     pub writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Which keys `writes` may hold: a point read skips a batch whose filter rules its key
     /// out, so a read looks through many published batches for about the cost of one.
-    filter: KeyFilter,
+    filter: Bloom,
 }
 
 impl Batch {
     pub fn new(seq: u64, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Batch {
-        let filter = KeyFilter::new(writes.keys().map(|k| hash_bytes(k)), writes.len());
+        let filter = Bloom::new(writes.keys().map(|k| hash_bytes(k)), writes.len());
         Batch {
             seq,
             writes,
             filter,
         }
-    }
-}
-
-/// A Bloom filter of key hashes: 16 bits per key (at least 512), two probes, ~1.4% false
-/// positives. Invariant: `may_hold(h)` is true for the hash of every key it was built from.
-struct KeyFilter {
-    bits: Vec<u64>,
-    /// Bit count minus one (a power of two minus one).
-    mask: u64,
-}
-
-impl KeyFilter {
-    fn new(hashes: impl Iterator<Item = u64>, keys: usize) -> KeyFilter {
-        let nbits = (keys.saturating_mul(16)).next_power_of_two().max(512);
-        let mut f = KeyFilter {
-            bits: vec![0; nbits / 64],
-            mask: nbits as u64 - 1,
-        };
-        for h in hashes {
-            for bit in f.probes(h) {
-                f.bits[(bit / 64) as usize] |= 1 << (bit % 64);
-            }
-        }
-        f
-    }
-
-    fn probes(&self, h: u64) -> [u64; 2] {
-        [h & self.mask, h.rotate_left(39) & self.mask]
-    }
-
-    fn may_hold(&self, h: u64) -> bool {
-        self.probes(h)
-            .iter()
-            .all(|&bit| self.bits[(bit / 64) as usize] & (1 << (bit % 64)) != 0)
     }
 }
 
@@ -212,6 +192,8 @@ pub struct Snapshot {
     redb: Arc<RedbView>,
     /// Batches newer than redb's applied sequence, oldest first.
     mem: Vec<Arc<Batch>>,
+    /// The store's key memo, which `scan_keys` reads through.
+    memo: Option<Arc<KeyMemo>>,
 }
 
 impl Snapshot {
@@ -226,7 +208,23 @@ impl Snapshot {
             .filter(|b| b.seq > redb.applied)
             .cloned()
             .collect();
-        Snapshot { redb, mem }
+        Snapshot {
+            redb,
+            mem,
+            memo: None,
+        }
+    }
+
+    /// This snapshot, reading key runs through `memo` (`memo` must be told of every batch
+    /// before it is published: store/memo.rs).
+    pub fn with_memo(mut self, memo: Arc<KeyMemo>) -> Snapshot {
+        self.memo = memo.enabled().then_some(memo);
+        self
+    }
+
+    /// The commit sequence of the newest batch this snapshot holds.
+    pub fn seq(&self) -> u64 {
+        self.mem.last().map_or(self.redb.applied, |b| b.seq)
     }
 
     #[cfg(test)]
@@ -264,6 +262,29 @@ impl KvRead for Snapshot {
         merge_scan(&pending, reverse, visit, &mut |v| {
             scan_table(&self.redb.table, start, end, reverse, v)
         })
+    }
+    fn scan_keys(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        match &self.memo {
+            Some(m) if is_prefix_end(start, end) => {
+                m.scan_prefix(self.seq(), start, reverse, visit, &|v| {
+                    self.scan(start, end, reverse, v)
+                })
+            }
+            _ => self.scan(start, end, reverse, visit),
+        }
+    }
+    fn scan_prefix_keys(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        match &self.memo {
+            Some(m) => m.scan_prefix(self.seq(), prefix, reverse, visit, &|v| {
+                self.scan_prefix(prefix, reverse, v)
+            }),
+            None => self.scan_prefix(prefix, reverse, visit),
+        }
+    }
+    fn memoizes(&self, start: &[u8], end: &[u8]) -> bool {
+        self.memo
+            .as_ref()
+            .is_some_and(|m| m.covers(start) && is_prefix_end(start, end))
     }
 }
 
@@ -320,6 +341,23 @@ impl<R: KvRead + ?Sized> KvRead for Budgeted<'_, R> {
             self.spend()?;
             visit(k, v)
         })
+    }
+    fn scan_keys(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        self.spend()?;
+        self.inner.scan_keys(start, end, reverse, &mut |k, v| {
+            self.spend()?;
+            visit(k, v)
+        })
+    }
+    fn scan_prefix_keys(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        self.spend()?;
+        self.inner.scan_prefix_keys(prefix, reverse, &mut |k, v| {
+            self.spend()?;
+            visit(k, v)
+        })
+    }
+    fn memoizes(&self, start: &[u8], end: &[u8]) -> bool {
+        self.inner.memoizes(start, end)
     }
 }
 
@@ -601,9 +639,9 @@ mod tests {
     }
 
     #[test]
-    fn a_key_filter_holds_every_key_it_was_built_from() {
+    fn a_bloom_filter_holds_every_key_it_was_built_from() {
         let key = |i: u32| format!("key-{}-{i}", i % 7).into_bytes();
-        let f = KeyFilter::new((0..10_000).map(|i| hash_bytes(&key(i))), 10_000);
+        let f = Bloom::new((0..10_000).map(|i| hash_bytes(&key(i))), 10_000);
         assert!((0..10_000).all(|i| f.may_hold(hash_bytes(&key(i)))));
         // Keys it was not built from are mostly ruled out (~1.4% expected).
         let false_hits = (10_000..20_000)
@@ -611,7 +649,7 @@ mod tests {
             .count();
         assert!(false_hits < 500, "{false_hits} false positives of 10,000");
         // An empty filter rules everything out.
-        let empty = KeyFilter::new(std::iter::empty(), 0);
+        let empty = Bloom::new(std::iter::empty(), 0);
         assert!(!empty.may_hold(hash_bytes(b"x")));
     }
 

@@ -109,14 +109,21 @@ pub struct Adjacent {
 }
 
 /// Visits the adjacency entries (key, value) of `node` that `f` admits, in key order per
-/// direction and type; `visit` returns false to stop.
+/// direction and type; `visit` returns false to stop. With `keys_only` the values are not
+/// read (`visit` gets `&[]` or the value, and must not look at it): the view may answer from
+/// its key memo.
 fn scan_adjacency<R: KvRead + ?Sized>(
     kv: &R,
     tenant: u64,
     node: &Uuid,
     f: &EdgeFilter,
+    keys_only: bool,
     visit: Visit,
 ) -> Result<()> {
+    let scan = |p: &[u8], visit: Visit| match keys_only {
+        true => kv.scan_prefix_keys(p, false, visit),
+        false => kv.scan_prefix(p, false, visit),
+    };
     let dirs: &[Direction] = match f.dir {
         Some(Direction::Out) => &[Direction::Out],
         Some(Direction::In) => &[Direction::In],
@@ -126,20 +133,25 @@ fn scan_adjacency<R: KvRead + ?Sized>(
     if f.dir.is_none() && f.types.is_empty() {
         // Both directions, every type: one range (out entries sort before in entries).
         let p = Key::tenant(tenant, keys::ADJACENCY).uuid(node).0;
-        return kv.scan_prefix(&p, false, visit);
+        return scan(&p, visit);
     }
+    // One buffer for every prefix: node + direction, then each type in turn.
+    let mut p = Key::tenant(tenant, keys::ADJACENCY).uuid(node).0;
+    let node_end = p.len();
     for d in dirs {
-        let base = Key::tenant(tenant, keys::ADJACENCY).uuid(node).u8(*d as u8);
-        let prefixes: Vec<Vec<u8>> = if f.types.is_empty() {
-            vec![base.0]
-        } else {
-            f.types.iter().map(|t| base.clone().str(t).0).collect()
-        };
-        for p in prefixes {
+        p.truncate(node_end);
+        p.push(*d as u8);
+        let dir_end = p.len();
+        let types: &[String] = &f.types;
+        for i in 0..types.len().max(1) {
             if !go {
                 return Ok(());
             }
-            kv.scan_prefix(&p, false, &mut |k, v| {
+            p.truncate(dir_end);
+            if let Some(t) = types.get(i) {
+                keys::push_escaped(&mut p, t.as_bytes());
+            }
+            scan(&p, &mut |k, v| {
                 go = visit(k, v)?;
                 Ok(go)
             })?;
@@ -157,7 +169,28 @@ pub fn edges<R: KvRead + ?Sized>(
     f: &EdgeFilter,
     visit: &mut dyn FnMut(Edge) -> Result<bool>,
 ) -> Result<()> {
-    scan_adjacency(kv, tenant, node, f, &mut |k, _| visit(parse_edge(k)?))
+    scan_adjacency(kv, tenant, node, f, true, &mut |k, _| visit(parse_edge(k)?))
+}
+
+/// Visits the other ends of the edges of `node` that `f` admits (keys only), in key order
+/// per direction and type; `visit` returns false to stop.
+pub fn others<R: KvRead + ?Sized>(
+    kv: &R,
+    tenant: u64,
+    node: &Uuid,
+    f: &EdgeFilter,
+    visit: &mut dyn FnMut(Uuid) -> Result<bool>,
+) -> Result<()> {
+    scan_adjacency(kv, tenant, node, f, true, &mut |k, _| {
+        // The key ends with the other node and the relationship id.
+        let other = k
+            .len()
+            .checked_sub(32)
+            .filter(|at| *at > ADJ_NODE_AT + 16)
+            .and_then(|at| <[u8; 16]>::try_from(&k[at..at + 16]).ok())
+            .ok_or_else(|| Error::internal("corrupt adjacency key"))?;
+        visit(Uuid::from_bytes(other))
+    })
 }
 
 /// `edges` with each entry's value decoded: the relationship and the other end's label.
@@ -168,7 +201,7 @@ pub fn adjacent<R: KvRead + ?Sized>(
     f: &EdgeFilter,
     visit: &mut dyn FnMut(Adjacent) -> Result<bool>,
 ) -> Result<()> {
-    scan_adjacency(kv, tenant, node, f, &mut |k, v| {
+    scan_adjacency(kv, tenant, node, f, false, &mut |k, v| {
         let edge = parse_edge(k)?;
         let (source, target) = match edge.dir {
             Direction::Out => (*node, edge.other),

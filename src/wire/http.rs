@@ -359,7 +359,9 @@ async fn metrics(state: &HttpState, headers: &HeaderMap) -> HttpResponse {
     match state.engine.totals() {
         Ok((records, tenants)) => text_response(
             200,
-            state.metrics.render(records, tenants),
+            state
+                .metrics
+                .render(records, tenants, state.engine.key_memo()),
             "text/plain; version=0.0.4",
         ),
         Err(e) => rest_error(&e),

@@ -1,0 +1,451 @@
+//! The key memo: runs of keys that snapshots read from the store once and then from memory.
+//!
+//! Graph searches read the same short key runs over and over: a node's adjacency entries of
+//! one type and direction, the index entries of one property value. Each read from redb is a
+//! B-tree descent and a cursor step per key (~55% of a one-hop search's CPU). The memo keeps
+//! such a run's keys (without values) after a snapshot read it whole, and later snapshots read
+//! it from memory while nothing has changed under it.
+//!
+//! Which runs: a prefix range (`end == keys::prefix_end(start)`) inside one *domain*:
+//! - the index entries of one property: `PROP_INDEX` + property id (runs: one label and
+//!   value, or a label);
+//! - the adjacency entries of one relationship type: `ADJACENCY` + node + direction + type
+//!   (run: one node's relationships of that type in that direction);
+//! - all adjacency entries of a tenant: `ADJACENCY` + node [+ direction] (runs of every type).
+//!
+//! Invariant (why a memo answer equals the snapshot's own): the store calls [`KeyMemo::note`]
+//! with every batch before the batch is published, so `modified[domain]` read after a snapshot
+//! was taken is at least the sequence of every batch in that snapshot that wrote into the
+//! domain. A run is used or remembered only when that value `m` is at most the snapshot's
+//! sequence: then the snapshot holds the domain exactly as it has been since the batch `m`,
+//! and a run remembered with `m` is the domain's state after `m`. A later snapshot uses the
+//! run only when it reads the same `m`: no batch has written into the domain since.
+//! A domain never written since the process started reads 0 (its state is the one redb had at
+//! startup, and any write after that raises it).
+//! Without a lookup in `modified`: `last` is the sequence of the last noted batch that wrote
+//! into any domain (set after `modified`, also before publishing). A run read while `last` was
+//! `g` by a snapshot holding batch `g` (hence every noted batch) is its domain's state for as
+//! long as `last` stays `g`, so a snapshot that holds batch `g` uses it while `last == g`.
+//!
+//! Memory: the runs' keys are counted against a budget (`storage.key_memo_mb`); remembering a
+//! run that would exceed it starts the memo over. A budget of 0 turns the memo off.
+
+use super::keys::{self, prefix_end};
+use super::kv::Visit;
+use crate::error::Result;
+use crate::model::{hash_bytes, IdHash};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Default budget of remembered keys, MiB.
+pub const DEFAULT_KEY_MEMO_MB: u64 = 256;
+
+/// `Run::last` of a run read by a snapshot that lacked some noted batch.
+const NOT_LAST: u64 = u64::MAX;
+
+/// Bytes a remembered run costs besides its encoding (map slot, allocation).
+const RUN_OVERHEAD: usize = 48;
+
+/// Where a tenant key's kind byte is: after the keyspace byte and the tenant id.
+const KIND_AT: usize = 1 + 8;
+/// Where an adjacency key's direction byte is (after the node id), and its type starts.
+const ADJ_DIR_AT: usize = KIND_AT + 1 + 16;
+/// Where a property index key's property id ends.
+const PROP_END: usize = KIND_AT + 1 + 16;
+
+/// One remembered run in one allocation (a lookup touches the map's slot and this, nothing
+/// else): a header (the domain's `modified` and `last` when it was read, the prefix's
+/// length), the prefix, then each key's suffix after the prefix, in key order, each preceded
+/// by its length (u16, little-endian).
+#[derive(Clone)]
+struct Run(Arc<[u8]>);
+
+const HEADER: usize = 8 + 8 + 4;
+
+fn read_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+impl Run {
+    fn seq(&self) -> u64 {
+        read_u64(&self.0, 0)
+    }
+
+    fn last(&self) -> u64 {
+        read_u64(&self.0, 8)
+    }
+
+    fn prefix(&self) -> &[u8] {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(&self.0[16..HEADER]);
+        &self.0[HEADER..HEADER + u32::from_le_bytes(a) as usize]
+    }
+
+    /// Where each suffix starts (its bytes) and ends, in key order.
+    fn suffixes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let mut at = HEADER + self.prefix().len();
+        std::iter::from_fn(move || {
+            let len = *self.0.get(at)? as usize | (*self.0.get(at + 1)? as usize) << 8;
+            let start = at + 2;
+            at = start + len;
+            Some((start, at))
+        })
+    }
+
+    fn cost(&self) -> usize {
+        self.0.len() + RUN_OVERHEAD
+    }
+}
+
+/// Encodes a run while its keys are read.
+struct RunBuilder {
+    buf: Vec<u8>,
+    prefix_len: usize,
+    /// Every key had the prefix and a suffix of at most `u16::MAX` bytes.
+    fits: bool,
+}
+
+impl RunBuilder {
+    fn new(seq: u64, last: u64, prefix: &[u8]) -> RunBuilder {
+        let mut buf = Vec::with_capacity(HEADER + prefix.len() + 64);
+        buf.extend_from_slice(&seq.to_le_bytes());
+        buf.extend_from_slice(&last.to_le_bytes());
+        buf.extend_from_slice(&(prefix.len() as u32).to_le_bytes());
+        buf.extend_from_slice(prefix);
+        RunBuilder {
+            buf,
+            prefix_len: prefix.len(),
+            fits: prefix.len() <= u32::MAX as usize,
+        }
+    }
+
+    fn push(&mut self, key: &[u8]) {
+        match key.strip_prefix(&self.buf[HEADER..HEADER + self.prefix_len]) {
+            Some(suffix) if self.fits && suffix.len() <= u16::MAX as usize => {
+                self.buf
+                    .extend_from_slice(&(suffix.len() as u16).to_le_bytes());
+                self.buf.extend_from_slice(suffix);
+            }
+            _ => self.fits = false,
+        }
+    }
+
+    /// The run, in key order (`reverse`: the keys were pushed last first).
+    fn finish(self, reverse: bool) -> Run {
+        let run = Run(self.buf.into());
+        if !reverse {
+            return run;
+        }
+        let head = HEADER + run.prefix().len();
+        let mut buf = Vec::with_capacity(run.0.len());
+        buf.extend_from_slice(&run.0[..head]);
+        let parts: Vec<(usize, usize)> = run.suffixes().collect();
+        for (s, e) in parts.into_iter().rev() {
+            buf.extend_from_slice(&run.0[s - 2..e]);
+        }
+        Run(buf.into())
+    }
+}
+
+/// Hashes of prefixes are the map's keys: used as they are.
+#[derive(Default, Clone, Copy)]
+struct PreHashed;
+
+struct PreHasher(u64);
+
+impl std::hash::BuildHasher for PreHashed {
+    type Hasher = PreHasher;
+    fn build_hasher(&self) -> PreHasher {
+        PreHasher(0)
+    }
+}
+
+impl std::hash::Hasher for PreHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 ^= hash_bytes(bytes);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Remembered runs by `hash_bytes` of their prefix (a run whose prefix differs from the one
+/// looked up is not a match: two prefixes with one hash share a slot, the later one wins).
+#[derive(Default)]
+struct Runs {
+    map: HashMap<u64, Run, PreHashed>,
+    bytes: usize,
+}
+
+pub struct KeyMemo {
+    budget: usize,
+    /// The sequence of the last noted batch that wrote into each domain.
+    modified: Mutex<HashMap<Vec<u8>, u64, IdHash>>,
+    /// The sequence of the last noted batch that wrote into any domain. A run read while it
+    /// was `g`, by a snapshot holding every batch up to `g`, is the state of its domain for as
+    /// long as `last` stays `g`: then no lookup in `modified` is needed.
+    last: AtomicU64,
+    runs: RwLock<Runs>,
+    /// Runs answered from memory.
+    hits: AtomicU64,
+}
+
+/// What the memo holds and has done (metrics, tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoStats {
+    pub runs: usize,
+    pub bytes: usize,
+    pub hits: u64,
+}
+
+/// Whether the memo may hold the run of keys under `prefix`: see the module comment.
+fn eligible(prefix: &[u8]) -> bool {
+    if prefix.len() <= KIND_AT || prefix[0] != keys::TENANT {
+        return false;
+    }
+    match prefix[KIND_AT] {
+        keys::PROP_INDEX => prefix.len() >= PROP_END,
+        keys::ADJACENCY => match prefix.len() {
+            n if n == ADJ_DIR_AT || n == ADJ_DIR_AT + 1 => true,
+            // A type must end right at the prefix's end.
+            n if n > ADJ_DIR_AT + 1 => {
+                type_len(&prefix[ADJ_DIR_AT + 1..]) == Some(n - ADJ_DIR_AT - 1)
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The length of the escaped string (with its terminator) at the start of `b`.
+fn type_len(b: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i + 1 < b.len() {
+        match (b[i], b[i + 1]) {
+            (0x00, 0x01) => return Some(i + 2),
+            (0x00, _) => i += 2,
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The domain of an eligible run's prefix.
+fn run_domain(prefix: &[u8]) -> Vec<u8> {
+    match prefix[KIND_AT] {
+        keys::PROP_INDEX => prefix[..PROP_END].to_vec(),
+        _ if prefix.len() <= ADJ_DIR_AT + 1 => prefix[..=KIND_AT].to_vec(),
+        _ => adjacency_type_domain(prefix),
+    }
+}
+
+/// Tenant and kind, then the escaped type with its terminator, of an adjacency key (or of a
+/// prefix reaching past its type).
+fn adjacency_type_domain(key: &[u8]) -> Vec<u8> {
+    let ty = &key[ADJ_DIR_AT + 1..];
+    let len = type_len(ty).unwrap_or(ty.len());
+    let mut d = Vec::with_capacity(KIND_AT + 1 + len);
+    d.extend_from_slice(&key[..=KIND_AT]);
+    d.extend_from_slice(&ty[..len]);
+    d
+}
+
+/// Whether `end` is `keys::prefix_end(start)`.
+pub fn is_prefix_end(start: &[u8], end: &[u8]) -> bool {
+    match start.iter().rposition(|b| *b < 0xFF) {
+        Some(i) => end.len() == i + 1 && end[..i] == start[..i] && end[i] == start[i] + 1,
+        None => end == prefix_end(start).as_slice(),
+    }
+}
+
+impl KeyMemo {
+    pub fn new(budget_mb: u64) -> KeyMemo {
+        Self::with_budget(usize::try_from(budget_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX))
+    }
+
+    /// A memo of `budget` bytes.
+    pub fn with_budget(budget: usize) -> KeyMemo {
+        KeyMemo {
+            budget,
+            modified: Mutex::new(HashMap::default()),
+            runs: RwLock::new(Runs::default()),
+            last: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    /// Records that the batch `seq` writes `keys`. Must be called before the batch is
+    /// published (see the module comment).
+    pub fn note<'k>(&self, seq: u64, keys: impl Iterator<Item = &'k [u8]>) {
+        // Domains of one batch, deduplicated; keys come sorted, so a domain's keys are mostly
+        // consecutive.
+        let mut domains: Vec<Vec<u8>> = Vec::new();
+        // A domain is `head ++ tail`; allocated only when new to this batch.
+        let mut add = |head: &[u8], tail: &[u8]| {
+            let same = |d: &Vec<u8>| {
+                d.len() == head.len() + tail.len() && d.starts_with(head) && d.ends_with(tail)
+            };
+            if !domains.iter().rev().any(same) {
+                domains.push([head, tail].concat());
+            }
+        };
+        for k in keys {
+            if k.len() <= KIND_AT || k[0] != keys::TENANT {
+                continue;
+            }
+            match k[KIND_AT] {
+                keys::PROP_INDEX if k.len() >= PROP_END => add(&k[..PROP_END], &[]),
+                keys::ADJACENCY if k.len() > ADJ_DIR_AT + 1 => {
+                    let ty = &k[ADJ_DIR_AT + 1..];
+                    let len = type_len(ty).unwrap_or(ty.len());
+                    add(&k[..=KIND_AT], &[]);
+                    add(&k[..=KIND_AT], &ty[..len]);
+                }
+                _ => {}
+            }
+        }
+        if domains.is_empty() {
+            return;
+        }
+        let mut m = self.modified.lock().unwrap_or_else(|p| p.into_inner());
+        for d in domains {
+            m.insert(d, seq);
+        }
+        self.last.store(seq, Ordering::Release);
+    }
+
+    /// Whether [`KeyMemo::scan_prefix`] may answer the keys under `prefix` from memory (now
+    /// or once it has read them).
+    pub fn covers(&self, prefix: &[u8]) -> bool {
+        self.enabled() && eligible(prefix)
+    }
+
+    /// The keys under `prefix` in a snapshot of sequence `seq`, from memory when the memo
+    /// holds the run unchanged since, else through `read` (the snapshot's own scan of the
+    /// prefix), which fills the memo when it reads the whole run. Values are not visited:
+    /// `visit` gets `&[]` from memory.
+    pub fn scan_prefix(
+        &self,
+        seq: u64,
+        start: &[u8],
+        reverse: bool,
+        visit: Visit,
+        read: &dyn Fn(Visit) -> Result<()>,
+    ) -> Result<()> {
+        if !self.covers(start) {
+            return read(visit);
+        }
+        // Read after the snapshot was taken (see the module comment), `last` before `modified`.
+        let last = self.last.load(Ordering::Acquire);
+        let h = hash_bytes(start);
+        let known = self
+            .runs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .get(&h)
+            .filter(|r| r.prefix() == start)
+            .cloned();
+        let m = match known {
+            Some(run) if run.last() == last && last <= seq => {
+                return self.serve(&run, reverse, visit)
+            }
+            known => {
+                let m = self
+                    .modified
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&run_domain(start))
+                    .copied()
+                    .unwrap_or(0);
+                if m > seq {
+                    // The domain changed after this snapshot: its state is not the remembered one.
+                    return read(visit);
+                }
+                if let Some(run) = known.filter(|r| r.seq() == m) {
+                    return self.serve(&run, reverse, visit);
+                }
+                m
+            }
+        };
+        let last = if last <= seq { last } else { NOT_LAST };
+        // Read it through the snapshot, keeping the keys while the caller reads them all.
+        let mut run = RunBuilder::new(m, last, start);
+        let mut whole = true;
+        read(&mut |k, v| {
+            let go = visit(k, v)?;
+            whole &= go;
+            if go {
+                run.push(k);
+            }
+            Ok(go)
+        })?;
+        if whole && run.fits {
+            self.remember(h, run.finish(reverse));
+        }
+        Ok(())
+    }
+
+    /// Visits a remembered run's keys.
+    fn serve(&self, run: &Run, reverse: bool, visit: Visit) -> Result<()> {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        let prefix = run.prefix();
+        let mut key = Vec::with_capacity(prefix.len() + 48);
+        key.extend_from_slice(prefix);
+        let mut one = |(s, e): (usize, usize)| {
+            key.truncate(prefix.len());
+            key.extend_from_slice(&run.0[s..e]);
+            visit(&key, &[])
+        };
+        if reverse {
+            let parts: Vec<(usize, usize)> = run.suffixes().collect();
+            for part in parts.into_iter().rev() {
+                if !one(part)? {
+                    break;
+                }
+            }
+        } else {
+            for part in run.suffixes() {
+                if !one(part)? {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn remember(&self, h: u64, run: Run) {
+        let cost = run.cost();
+        if cost > self.budget {
+            return;
+        }
+        let mut runs = self.runs.write().unwrap_or_else(|p| p.into_inner());
+        if runs.bytes + cost > self.budget {
+            runs.map.clear();
+            runs.bytes = 0;
+        }
+        if let Some(old) = runs.map.insert(h, run) {
+            runs.bytes -= old.cost();
+        }
+        runs.bytes += cost;
+    }
+
+    pub fn stats(&self) -> MemoStats {
+        let runs = self.runs.read().unwrap_or_else(|p| p.into_inner());
+        MemoStats {
+            runs: runs.map.len(),
+            bytes: runs.bytes,
+            hits: self.hits.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1357,7 +1357,7 @@ mod tests {
     /// directions, read whole or stopped early.
     #[test]
     fn key_memo_answers_as_the_snapshot_does() {
-        for budget in [4096usize, 1 << 20] {
+        for budget in [16384usize, 1 << 20] {
             let dir = tempfile::tempdir().unwrap();
             let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
             let txn = db.begin_write().unwrap();

@@ -19,7 +19,7 @@
 use super::exec::{self, Explain, KEY_COST};
 use super::filter::{Filter, Graph, Related, Resolved};
 use crate::error::{Error, Result};
-use crate::model::{IdMap, IdSet, Record};
+use crate::model::{IdSet, Record};
 use crate::store::codec;
 use crate::store::kv::KvRead;
 use crate::store::records as rstore;
@@ -205,7 +205,10 @@ fn prepare_with<R: KvRead>(
                 ));
                 return Ok(filter.clone());
             }
-            let mut targets = IdSet::default();
+            let mut targets = IdSet::with_capacity_and_hasher(
+                usize::try_from(est).unwrap_or(0).min(1 << 16),
+                Default::default(),
+            );
             let e: Explain = exec::for_each_id(kv, tenant, &labels, &rel.filter, &mut |id| {
                 targets.insert(id);
                 Ok(())
@@ -488,7 +491,8 @@ fn reach_back<R: KvRead>(
         dir: rel.edges.dir.map(|d| d.reverse()),
         types: rel.edges.types.clone(),
     };
-    let mut dist: IdMap<u32> = targets.iter().map(|t| (*t, 0)).collect();
+    // Every record reached so far (a copy of the targets' table, not a rebuild).
+    let mut seen: IdSet = targets.clone();
     let mut frontier: Vec<Uuid> = targets.iter().copied().collect();
     let mut res = Resolved {
         label: costs.reached_label(rel)?,
@@ -500,10 +504,9 @@ fn reach_back<R: KvRead>(
         let mut next = Vec::new();
         let others = neighbours(kv, tenant, &frontier, &back)?;
         // Grown once, not doubling along the way.
-        dist.reserve(others.len());
+        seen.reserve(others.len());
         for other in others {
-            if let std::collections::hash_map::Entry::Vacant(v) = dist.entry(other) {
-                v.insert(depth);
+            if seen.insert(other) {
                 next.push(other);
             }
         }

@@ -27,8 +27,9 @@
 //! `g` by a snapshot holding batch `g` (hence every noted batch) is its domain's state for as
 //! long as `last` stays `g`, so a snapshot that holds batch `g` uses it while `last == g`.
 //!
-//! Memory: the runs' keys are counted against a budget (`storage.key_memo_mb`); remembering a
-//! run that would exceed it starts the memo over. A budget of 0 turns the memo off.
+//! Memory: the runs' keys are counted against a budget (`storage.key_memo_mb`), split evenly
+//! over the memo's shards; remembering a run that would exceed its shard's part starts that
+//! shard over. A budget of 0 turns the memo off.
 
 use super::keys::{self, prefix_end};
 use super::kv::Visit;
@@ -183,6 +184,18 @@ struct Runs {
     bytes: usize,
 }
 
+/// One of [`SHARDS`] parts of the memo, by the prefix's hash: threads walking a frontier
+/// together take different locks and count hits on different cache lines.
+#[derive(Default)]
+#[repr(align(128))]
+struct Shard {
+    runs: RwLock<Runs>,
+    /// Runs this shard answered from memory.
+    hits: AtomicU64,
+}
+
+const SHARDS: usize = 16;
+
 pub struct KeyMemo {
     budget: usize,
     /// The sequence of the last noted batch that wrote into each domain.
@@ -191,9 +204,8 @@ pub struct KeyMemo {
     /// was `g`, by a snapshot holding every batch up to `g`, is the state of its domain for as
     /// long as `last` stays `g`: then no lookup in `modified` is needed.
     last: AtomicU64,
-    runs: RwLock<Runs>,
-    /// Runs answered from memory.
-    hits: AtomicU64,
+    /// Each shard holds at most `budget / SHARDS` bytes.
+    shards: Box<[Shard]>,
 }
 
 /// What the memo holds and has done (metrics, tests).
@@ -274,9 +286,8 @@ impl KeyMemo {
         KeyMemo {
             budget,
             modified: Mutex::new(HashMap::default()),
-            runs: RwLock::new(Runs::default()),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             last: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
         }
     }
 
@@ -348,7 +359,8 @@ impl KeyMemo {
         // Read after the snapshot was taken (see the module comment), `last` before `modified`.
         let last = self.last.load(Ordering::Acquire);
         let h = hash_bytes(start);
-        let known = self
+        let shard = self.shard(h);
+        let known = shard
             .runs
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -398,7 +410,9 @@ impl KeyMemo {
 
     /// Visits a remembered run's keys.
     fn serve(&self, run: &Run, reverse: bool, visit: Visit) -> Result<()> {
-        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.shard(hash_bytes(run.prefix()))
+            .hits
+            .fetch_add(1, Ordering::Relaxed);
         let prefix = run.prefix();
         let mut key = Vec::with_capacity(prefix.len() + 48);
         key.extend_from_slice(prefix);
@@ -426,11 +440,16 @@ impl KeyMemo {
 
     fn remember(&self, h: u64, run: Run) {
         let cost = run.cost();
-        if cost > self.budget {
+        let budget = self.budget / SHARDS;
+        if cost > budget {
             return;
         }
-        let mut runs = self.runs.write().unwrap_or_else(|p| p.into_inner());
-        if runs.bytes + cost > self.budget {
+        let mut runs = self
+            .shard(h)
+            .runs
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if runs.bytes + cost > budget {
             runs.map.clear();
             runs.bytes = 0;
         }
@@ -440,12 +459,23 @@ impl KeyMemo {
         runs.bytes += cost;
     }
 
+    fn shard(&self, h: u64) -> &Shard {
+        // Bits hashbrown does not use for the bucket or the tag of a map this size.
+        &self.shards[(h >> 32) as usize % SHARDS]
+    }
+
     pub fn stats(&self) -> MemoStats {
-        let runs = self.runs.read().unwrap_or_else(|p| p.into_inner());
-        MemoStats {
-            runs: runs.map.len(),
-            bytes: runs.bytes,
-            hits: self.hits.load(Ordering::Relaxed),
+        let mut st = MemoStats {
+            runs: 0,
+            bytes: 0,
+            hits: 0,
+        };
+        for shard in self.shards.iter() {
+            let runs = shard.runs.read().unwrap_or_else(|p| p.into_inner());
+            st.runs += runs.map.len();
+            st.bytes += runs.bytes;
+            st.hits += shard.hits.load(Ordering::Relaxed);
         }
+        st
     }
 }

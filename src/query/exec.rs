@@ -1082,7 +1082,8 @@ fn ids_by_gates<R: KvRead>(
 }
 
 /// The keys of an index access whose ids `admit` lets through, read on one thread per core
-/// over disjoint slices of each range, in key order: (id, sure) and keys examined. None when
+/// over disjoint slices of each range (or, for runs the view's key memo holds, read on this
+/// thread and decided on one thread per core), in key order: (id, sure) and keys examined. None when
 /// the view cannot be shared, the machine has one core, the access is not a plain index
 /// scan, or the planner counted fewer than [`ESTIMATE_CAP`] keys (`estimated`): then the
 /// caller reads them on its own thread.
@@ -1101,10 +1102,29 @@ fn gated_index_parallel<R: KvRead>(
     if threads < 2 || ia.test.is_some() || estimated < ESTIMATE_CAP {
         return Ok(None);
     }
-    // Runs the key memo holds (or fills on this read) read faster on one thread than redb on
-    // several.
+    // Runs the key memo holds (or fills on this read) are read on this thread, faster than
+    // redb on several; deciding each id (the set probes) is then shared out.
     if ia.ranges.iter().all(|(s, e)| kv.memoizes(s, e)) {
-        return Ok(None);
+        let mut ids = Vec::with_capacity(usize::try_from(estimated).unwrap_or(0));
+        for (s, e) in &ia.ranges {
+            kv.scan_keys(s, e, false, &mut |k, _| {
+                ids.push(id_from_key(k)?);
+                Ok(true)
+            })?;
+        }
+        let chunks: Vec<&[Uuid]> = ids.chunks(ids.len().div_ceil(threads).max(1)).collect();
+        let parts = crate::query::on_threads(&chunks, &|chunk| {
+            Ok(chunk
+                .iter()
+                .filter_map(|id| admit(id).map(|sure| (*id, sure)))
+                .collect::<Vec<_>>())
+        })?;
+        let mut found: Vec<(Uuid, bool)> = parts.concat();
+        if ia.arrays {
+            let mut seen = HashSet::new();
+            found.retain(|(id, _)| seen.insert(*id));
+        }
+        return Ok(Some((found, ids.len() as u64)));
     }
     let mut slices: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for (s, e) in &ia.ranges {

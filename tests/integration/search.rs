@@ -500,3 +500,81 @@ async fn engine_matches_the_reference_evaluator() {
         "the generator should produce many non-empty results, got {nonempty}"
     );
 }
+
+/// A traversal search whose root index run is long enough for ids to be decided on several
+/// threads (at least 20,000 keys: the planner's estimate cap) counts the same with the key
+/// memo cold (the run read from the store and remembered) and warm (read from memory), its
+/// ids decided on several threads, and again after writes change the run, the gating
+/// block's targets and the adjacency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_gated_index_runs_count_the_same_cold_and_warm() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = crate::in_process_engine(dir.path());
+    let ingest = |label: &str, docs: Vec<Value>| json!({"kind": "ingest", "ingest": {"kind": "documents", "label": label, "documents": docs}});
+    let customers: Vec<Value> = (0..300)
+        .map(|c| json!({"cid": c, "country": if c % 3 == 0 { "DE" } else { "FR" }}))
+        .collect();
+    crate::run_protocol(&e, ingest("CUSTOMER", customers))
+        .await
+        .unwrap();
+    let orders = 30_000;
+    for chunk in (0..orders).collect::<Vec<i64>>().chunks(10_000) {
+        let docs = chunk
+            .iter()
+            .map(|o| json!({"cid": o % 300, "status": if o % 5 == 0 { "paid" } else { "shipped" }}))
+            .collect();
+        crate::run_protocol(&e, ingest("ORDER", docs))
+            .await
+            .unwrap();
+    }
+    let link = json!({"kind": "mutate", "mutation": {"kind": "linkRecords", "command": {
+        "relationType": "PLACED_BY",
+        "source": {"label": "ORDER", "property": "cid"},
+        "target": {"label": "CUSTOMER", "property": "cid"}}}});
+    crate::run_protocol(&e, link).await.unwrap();
+    let search = json!({"kind": "query", "query": {"kind": "records", "query": {
+        "labels": ["ORDER"], "limit": 1, "predicate": {"status": "shipped",
+        "CUSTOMER": {"$relation": {"type": "PLACED_BY", "direction": "out"}, "country": "DE"}}}}});
+    async fn count(e: &engine::engine::Engine, search: &Value) -> u64 {
+        match crate::run_protocol(e, search.clone()).await.unwrap() {
+            engine::engine::Outcome::Records { total, .. } => total,
+            _ => panic!("not a record list"),
+        }
+    }
+    let expected = (0..orders)
+        .filter(|o| o % 5 != 0 && (o % 300) % 3 == 0)
+        .count() as u64;
+    let hits = e.key_memo().hits;
+    for _ in 0..3 {
+        assert_eq!(count(&e, &search).await, expected);
+    }
+    assert!(e.key_memo().hits > hits, "the warm searches read the memo");
+    // Writes into both domains: one DE customer moves to FR (its orders leave the gated set),
+    // and shipped orders of another DE customer become paid (they leave the index run).
+    let set_country = json!({"kind": "query", "query": {"kind": "records", "query": {
+        "labels": ["CUSTOMER"], "predicate": {"cid": 0}, "limit": 1}}});
+    let de0 = match crate::run_protocol(&e, set_country).await.unwrap() {
+        engine::engine::Outcome::Records { records, .. } => records[0].id,
+        _ => panic!("not a record list"),
+    };
+    crate::run_protocol(
+        &e,
+        json!({"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "merge",
+            "id": de0.to_string(), "properties": {"country": "FR"}}}),
+    )
+    .await
+    .unwrap();
+    crate::run_protocol(
+        &e,
+        json!({"kind": "mutate", "mutation": {"kind": "deleteRecords", "query": {
+            "labels": ["ORDER"], "predicate": {"cid": 3, "status": "shipped"}}}}),
+    )
+    .await
+    .unwrap();
+    let expected = (0..orders)
+        .filter(|o| o % 5 != 0 && (o % 300) % 3 == 0 && o % 300 != 0 && o % 300 != 3)
+        .count() as u64;
+    for _ in 0..2 {
+        assert_eq!(count(&e, &search).await, expected);
+    }
+}

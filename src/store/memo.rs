@@ -21,7 +21,10 @@
 //! and a run remembered with `m` is the domain's state after `m`. A later snapshot uses the
 //! run only when it reads the same `m`: no batch has written into the domain since.
 //! A domain never written since the process started reads 0 (its state is the one redb had at
-//! startup, and any write after that raises it).
+//! startup, and any write after that raises it). The map is bounded: past `MODIFIED_MAX`
+//! domains it starts over with a floor, the sequence of the batch being noted, which every
+//! domain not in it then reads. The floor is at least every forgotten entry, so a run read
+//! before reads a larger value and is read again, and a domain's value only ever grows.
 //! Without a lookup in `modified`: `last` is the sequence of the last noted batch that wrote
 //! into any domain (set after `modified`, also before publishing). A run read while `last` was
 //! `g` by a snapshot holding batch `g` (hence every noted batch) is its domain's state for as
@@ -198,14 +201,34 @@ const SHARDS: usize = 16;
 
 pub struct KeyMemo {
     budget: usize,
+    /// Domains `modified` holds before it starts over with a floor.
+    modified_max: usize,
     /// The sequence of the last noted batch that wrote into each domain.
-    modified: Mutex<HashMap<Vec<u8>, u64, IdHash>>,
+    modified: Mutex<Modified>,
     /// The sequence of the last noted batch that wrote into any domain. A run read while it
     /// was `g`, by a snapshot holding every batch up to `g`, is the state of its domain for as
     /// long as `last` stays `g`: then no lookup in `modified` is needed.
     last: AtomicU64,
     /// Each shard holds at most `budget / SHARDS` bytes.
     shards: Box<[Shard]>,
+}
+
+/// The sequence of the last noted batch that wrote into each domain; `floor` for a domain
+/// not in the map.
+#[derive(Default)]
+struct Modified {
+    map: HashMap<Vec<u8>, u64, IdHash>,
+    floor: u64,
+}
+
+/// Domains `Modified` keeps before it starts over (property ids and relationship types of
+/// every tenant written since the start: ~100 bytes each).
+pub const MODIFIED_MAX: usize = 100_000;
+
+impl Modified {
+    fn of(&self, domain: &[u8]) -> u64 {
+        self.map.get(domain).copied().unwrap_or(self.floor)
+    }
 }
 
 /// What the memo holds and has done (metrics, tests).
@@ -278,14 +301,18 @@ pub fn is_prefix_end(start: &[u8], end: &[u8]) -> bool {
 
 impl KeyMemo {
     pub fn new(budget_mb: u64) -> KeyMemo {
-        Self::with_budget(usize::try_from(budget_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX))
+        Self::with_limits(
+            usize::try_from(budget_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
+            MODIFIED_MAX,
+        )
     }
 
-    /// A memo of `budget` bytes.
-    pub fn with_budget(budget: usize) -> KeyMemo {
+    /// A memo of `budget` bytes that keeps the last write of up to `modified_max` domains.
+    pub fn with_limits(budget: usize, modified_max: usize) -> KeyMemo {
         KeyMemo {
             budget,
-            modified: Mutex::new(HashMap::default()),
+            modified_max,
+            modified: Mutex::new(Modified::default()),
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             last: AtomicU64::new(0),
         }
@@ -329,8 +356,12 @@ impl KeyMemo {
             return;
         }
         let mut m = self.modified.lock().unwrap_or_else(|p| p.into_inner());
+        if m.map.len() + domains.len() > self.modified_max {
+            m.map.clear();
+            m.floor = seq;
+        }
         for d in domains {
-            m.insert(d, seq);
+            m.map.insert(d, seq);
         }
         self.last.store(seq, Ordering::Release);
     }
@@ -377,9 +408,7 @@ impl KeyMemo {
                     .modified
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .get(&run_domain(start))
-                    .copied()
-                    .unwrap_or(0);
+                    .of(&run_domain(start));
                 if m > seq {
                     // The domain changed after this snapshot: its state is not the remembered one.
                     return read(visit);

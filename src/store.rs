@@ -1222,6 +1222,23 @@ mod tests {
     use redb::{ReadableDatabase, ReadableTable};
     use std::collections::BTreeMap;
 
+    /// A published list over a new, empty redb store in `dir`, reading through `memo`.
+    fn published_in(dir: &Path, memo: Arc<memo::KeyMemo>) -> Published {
+        let db = redb::Database::create(dir.join("t.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(KV).unwrap();
+        txn.commit().unwrap();
+        Published {
+            view: Mutex::new(None),
+            db: Arc::new(db),
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            draining: Mutex::new(()),
+            store_file: None,
+            memo,
+        }
+    }
+
     /// `apply_in_order` leaves the table exactly as one insert or remove per write would:
     /// runs of new keys in one gap, keys equal to existing entries (replaced, removed), keys
     /// a few entries on (stepped to) and far on (sought), removes of missing keys.
@@ -1282,19 +1299,7 @@ mod tests {
     #[test]
     fn shared_views_see_exactly_the_groups_published_before_them() {
         let dir = tempfile::tempdir().unwrap();
-        let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
-        let txn = db.begin_write().unwrap();
-        txn.open_table(KV).unwrap();
-        txn.commit().unwrap();
-        let p = Published {
-            view: Mutex::new(None),
-            db: Arc::new(db),
-            state: Mutex::default(),
-            changed: Condvar::new(),
-            draining: Mutex::new(()),
-            store_file: None,
-            memo: Arc::new(memo::KeyMemo::new(0)),
-        };
+        let p = published_in(dir.path(), Arc::new(memo::KeyMemo::new(0)));
         let seq_key = Key::system(keys::SYS_COMMIT_SEQ).0;
         let key = |i: u64| format!("k{}", i % 5).into_bytes();
         // Group `seq` writes key(seq) = seq and the commit sequence, as a group does.
@@ -1361,20 +1366,8 @@ mod tests {
         // The small memo also forgets which domains were written every few batches.
         for (budget, modified_max) in [(16384usize, 4usize), (1 << 20, memo::MODIFIED_MAX)] {
             let dir = tempfile::tempdir().unwrap();
-            let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
-            let txn = db.begin_write().unwrap();
-            txn.open_table(KV).unwrap();
-            txn.commit().unwrap();
             let memo = Arc::new(memo::KeyMemo::with_limits(budget, modified_max));
-            let p = Published {
-                view: Mutex::new(None),
-                db: Arc::new(db),
-                state: Mutex::default(),
-                changed: Condvar::new(),
-                draining: Mutex::new(()),
-                store_file: None,
-                memo: memo.clone(),
-            };
+            let p = published_in(dir.path(), memo.clone());
             let mut rng = 0x2545_F491_4F6C_DD1Du64;
             let mut next = move |n: u64| {
                 rng ^= rng << 13;

@@ -150,22 +150,30 @@ def graph(module_api):
     return recs, edges
 
 
+def check_random_tree(api, rng, recs, edges, what: str):
+    """Draws a random tree and label scope, asks the engine, and checks its records and total
+    against the reference; returns the expected ids."""
+    tree = random_tree(rng, 0)
+    labels = [] if rng.random() < 0.5 else [rng.choice(LABELS)]
+    expected = {rid for rid, rec in recs.items()
+                if (not labels or rec["label"] in labels) and evaluate(tree, rid, recs, edges)}
+    r = api.protocol({"kind": "query", "query": {"kind": "records", "query": {
+        "labels": labels, "predicate": tree, "limit": 1000}}})
+    assert r.status_code == 200, f"{what}: {tree} -> {r.text}"
+    body = r.json()["response"]
+    got = {rec["id"] for rec in body["records"]}
+    assert got == expected, (f"{what}: labels={labels} where={tree}\n"
+                             f"missing={expected - got}\nextra={got - expected}")
+    assert body["total"] == len(expected)
+    return expected
+
+
 def test_traversal_matches_reference(module_api, graph):
     recs, edges = graph
     rng = random.Random(SEED + 1)
     nonempty = 0
     for n in range(TREES):
-        tree = random_tree(rng, 0)
-        labels = [] if rng.random() < 0.5 else [rng.choice(LABELS)]
-        expected = {rid for rid, rec in recs.items()
-                    if (not labels or rec["label"] in labels) and evaluate(tree, rid, recs, edges)}
-        r = module_api.protocol({"kind": "query", "query": {"kind": "records", "query": {
-            "labels": labels, "predicate": tree, "limit": 1000}}})
-        assert r.status_code == 200, f"tree {n}: {tree} -> {r.text}"
-        body = r.json()["response"]
-        got = {rec["id"] for rec in body["records"]}
-        assert got == expected, f"tree {n}: labels={labels} where={tree}\nmissing={expected - got}\nextra={got - expected}"
-        assert body["total"] == len(expected)
+        expected = check_random_tree(module_api, rng, recs, edges, f"tree {n}")
         nonempty += bool(expected) and len(expected) < len(recs)
     # The trees must discriminate: most answers are neither empty nor everything.
     assert nonempty > TREES // 4
@@ -223,15 +231,6 @@ def test_traversal_follows_writes(module_api, graph):
             del recs[rid]
             edges = [e for e in edges if rid not in (e[0], e[1])]
         for n in range(4):
-            tree = random_tree(rng, 0)
-            labels = [] if rng.random() < 0.5 else [rng.choice(LABELS)]
-            expected = {rid for rid, rec in recs.items()
-                        if (not labels or rec["label"] in labels) and evaluate(tree, rid, recs, edges)}
-            r = module_api.protocol({"kind": "query", "query": {"kind": "records", "query": {
-                "labels": labels, "predicate": tree, "limit": 1000}}})
-            assert r.status_code == 200, f"step {step} ({kind}), tree {n}: {tree} -> {r.text}"
-            got = {rec["id"] for rec in r.json()["response"]["records"]}
-            assert got == expected, (f"step {step} ({kind}), tree {n}: labels={labels} where={tree}\n"
-                                     f"missing={expected - got}\nextra={got - expected}")
+            check_random_tree(module_api, rng, recs, edges, f"step {step} ({kind}), tree {n}")
     # The trees were answered through the memo, not around it.
     assert memo_hits(module_api) > hits_before

@@ -1491,6 +1491,48 @@ mod tests {
         }
     }
 
+    /// A run found too large for its shard's part of the memo once is not offered as a memo
+    /// read again (its readers go back to splitting it over threads); others still are.
+    #[test]
+    fn runs_too_large_for_the_memo_are_not_offered_again() {
+        let dir = tempfile::tempdir().unwrap();
+        // 16 shards of 200 bytes: a run of one 16-byte suffix fits (~115 bytes with its prefix
+        // and header), one of twenty does not.
+        let p = published_in(
+            dir.path(),
+            Arc::new(memo::KeyMemo::with_limits(16 * 200, 10)),
+        );
+        let base = |pid: u128| {
+            Key::tenant(1, keys::PROP_INDEX)
+                .uuid(&uuid::Uuid::from_u128(pid))
+                .str("L")
+        };
+        let mut w = BTreeMap::new();
+        for i in 0..20u128 {
+            w.insert(base(1).uuid(&uuid::Uuid::from_u128(i)).0, Some(Vec::new()));
+        }
+        w.insert(base(2).uuid(&uuid::Uuid::from_u128(0)).0, Some(Vec::new()));
+        w.insert(
+            Key::system(keys::SYS_COMMIT_SEQ).0,
+            Some(codec::encode_u64(1)),
+        );
+        p.publish(Batch::new(1, w));
+        let snap = p.snapshot().unwrap();
+        for pid in [1, 2] {
+            let pre = base(pid).0;
+            let end = keys::prefix_end(&pre);
+            assert!(snap.memoizes(&pre, &end), "offered before it is read");
+            let mut n = 0;
+            snap.scan_prefix_keys(&pre, false, &mut |_, _| {
+                n += 1;
+                Ok(true)
+            })
+            .unwrap();
+            assert_eq!(n, if pid == 1 { 20 } else { 1 });
+            assert_eq!(snap.memoizes(&pre, &end), pid == 2, "property {pid}");
+        }
+    }
+
     /// The writer's `MetaCache` holds exactly the committed value of every key it has an
     /// entry for, through creates and deletes that add and drop property ids and counters,
     /// batches that fail after writing new property metadata into their overlay, property

@@ -284,7 +284,7 @@ impl KvRead for Snapshot {
     fn memoizes(&self, start: &[u8], end: &[u8]) -> bool {
         self.memo
             .as_ref()
-            .is_some_and(|m| m.covers(start) && is_prefix_end(start, end))
+            .is_some_and(|m| is_prefix_end(start, end) && m.holds_or_fits(start))
     }
 }
 

@@ -185,7 +185,12 @@ impl std::hash::Hasher for PreHasher {
 struct Runs {
     map: HashMap<u64, Run, PreHashed>,
     bytes: usize,
+    /// Hashes of prefixes whose run was read whole and found larger than the shard's budget.
+    oversized: std::collections::HashSet<u64, PreHashed>,
 }
+
+/// Oversized prefixes a shard remembers before it starts that list over.
+const OVERSIZED_MAX: usize = 4096;
 
 /// One of [`SHARDS`] parts of the memo, by the prefix's hash: threads walking a frontier
 /// together take different locks and count hits on different cache lines.
@@ -325,9 +330,15 @@ impl KeyMemo {
     /// Records that the batch `seq` writes `keys`. Must be called before the batch is
     /// published (see the module comment).
     pub fn note<'k>(&self, seq: u64, keys: impl Iterator<Item = &'k [u8]>) {
+        if !self.enabled() {
+            return;
+        }
         // Domains of one batch, deduplicated; keys come sorted, so a domain's keys are mostly
-        // consecutive.
+        // consecutive. The all-types adjacency domain of a tenant is kept apart (its keys come
+        // with every adjacency key, and searching for it among the others would make a batch
+        // of many types quadratic).
         let mut domains: Vec<Vec<u8>> = Vec::new();
+        let mut all_adjacency: Vec<&[u8]> = Vec::new();
         // A domain is `head ++ tail`; allocated only when new to this batch.
         let mut add = |head: &[u8], tail: &[u8]| {
             let same = |d: &Vec<u8>| {
@@ -346,12 +357,15 @@ impl KeyMemo {
                 keys::ADJACENCY if k.len() > ADJ_DIR_AT + 1 => {
                     let ty = &k[ADJ_DIR_AT + 1..];
                     let len = type_len(ty).unwrap_or(ty.len());
-                    add(&k[..=KIND_AT], &[]);
+                    if all_adjacency.last() != Some(&&k[..=KIND_AT]) {
+                        all_adjacency.push(&k[..=KIND_AT]);
+                    }
                     add(&k[..=KIND_AT], &ty[..len]);
                 }
                 _ => {}
             }
         }
+        domains.extend(all_adjacency.iter().map(|d| d.to_vec()));
         if domains.is_empty() {
             return;
         }
@@ -370,6 +384,23 @@ impl KeyMemo {
     /// or once it has read them).
     pub fn covers(&self, prefix: &[u8]) -> bool {
         self.enabled() && eligible(prefix)
+    }
+
+    /// Whether `scan_prefix` of `prefix` is answered from memory or may be: covered, and not
+    /// found too large for the memo the last time it was read whole. A caller that would
+    /// otherwise split the read over threads reads it through the memo only then.
+    pub fn holds_or_fits(&self, prefix: &[u8]) -> bool {
+        if !self.covers(prefix) {
+            return false;
+        }
+        let h = hash_bytes(prefix);
+        !self
+            .shard(h)
+            .runs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .oversized
+            .contains(&h)
     }
 
     /// The keys under `prefix` in a snapshot of sequence `seq`, from memory when the memo
@@ -401,7 +432,7 @@ impl KeyMemo {
             .cloned();
         let m = match known {
             Some(run) if run.last() == last && last <= seq => {
-                return self.serve(&run, reverse, visit)
+                return self.serve(shard, &run, reverse, visit)
             }
             known => {
                 let m = self
@@ -414,7 +445,7 @@ impl KeyMemo {
                     return read(visit);
                 }
                 if let Some(run) = known.filter(|r| r.seq() == m) {
-                    return self.serve(&run, reverse, visit);
+                    return self.serve(shard, &run, reverse, visit);
                 }
                 m
             }
@@ -438,10 +469,8 @@ impl KeyMemo {
     }
 
     /// Visits a remembered run's keys.
-    fn serve(&self, run: &Run, reverse: bool, visit: Visit) -> Result<()> {
-        self.shard(hash_bytes(run.prefix()))
-            .hits
-            .fetch_add(1, Ordering::Relaxed);
+    fn serve(&self, shard: &Shard, run: &Run, reverse: bool, visit: Visit) -> Result<()> {
+        shard.hits.fetch_add(1, Ordering::Relaxed);
         let prefix = run.prefix();
         let mut key = Vec::with_capacity(prefix.len() + 48);
         key.extend_from_slice(prefix);
@@ -470,14 +499,20 @@ impl KeyMemo {
     fn remember(&self, h: u64, run: Run) {
         let cost = run.cost();
         let budget = self.budget / SHARDS;
-        if cost > budget {
-            return;
-        }
         let mut runs = self
             .shard(h)
             .runs
             .write()
             .unwrap_or_else(|p| p.into_inner());
+        if cost > budget {
+            // Never held: callers that would split its reads over threads do so again
+            // (`holds_or_fits`).
+            if runs.oversized.len() >= OVERSIZED_MAX {
+                runs.oversized.clear();
+            }
+            runs.oversized.insert(h);
+            return;
+        }
         if runs.bytes + cost > budget {
             runs.map.clear();
             runs.bytes = 0;

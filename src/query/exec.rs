@@ -1102,9 +1102,10 @@ fn gated_index_parallel<R: KvRead>(
     if threads < 2 || ia.test.is_some() || estimated < ESTIMATE_CAP {
         return Ok(None);
     }
-    // Runs the key memo holds (or fills on this read) are read on this thread, faster than
-    // redb on several; deciding each id (the set probes) is then shared out.
-    if ia.ranges.iter().all(|(s, e)| kv.memoizes(s, e)) {
+    // Each part: the (id, sure) it admitted, in key order, and the keys it examined.
+    let parts = if ia.ranges.iter().all(|(s, e)| kv.memoizes(s, e)) {
+        // Runs the key memo holds (or fills on this read) are read on this thread, faster
+        // than redb on several; deciding each id (the set probes) is then shared out.
         let mut ids = Vec::with_capacity(usize::try_from(estimated).unwrap_or(0));
         for (s, e) in &ia.ranges {
             kv.scan_keys(s, e, false, &mut |k, _| {
@@ -1113,52 +1114,47 @@ fn gated_index_parallel<R: KvRead>(
             })?;
         }
         let chunks: Vec<&[Uuid]> = ids.chunks(ids.len().div_ceil(threads).max(1)).collect();
-        let parts = crate::query::on_threads(&chunks, &|chunk| {
-            Ok(chunk
+        crate::query::on_threads(&chunks, &|chunk| {
+            let found = chunk
                 .iter()
-                .filter_map(|id| admit(id).map(|sure| (*id, sure)))
-                .collect::<Vec<_>>())
-        })?;
-        let mut found: Vec<(Uuid, bool)> = parts.concat();
-        if ia.arrays {
-            let mut seen = HashSet::new();
-            found.retain(|(id, _)| seen.insert(*id));
-        }
-        return Ok(Some((found, ids.len() as u64)));
-    }
-    let mut slices: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    for (s, e) in &ia.ranges {
-        match crate::store::kv::range_ends(shared, s, e)? {
-            Some((first, last)) if first < last => {
-                let mut at = s.clone();
-                for cut in split_keys(&first, &last, threads) {
-                    slices.push((at, cut.clone()));
-                    at = cut;
+                .filter_map(|id| admit(id).map(|sure| (*id, sure)));
+            Ok((found.collect(), chunk.len() as u64))
+        })?
+    } else {
+        let mut slices: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for (s, e) in &ia.ranges {
+            match crate::store::kv::range_ends(shared, s, e)? {
+                Some((first, last)) if first < last => {
+                    let mut at = s.clone();
+                    for cut in split_keys(&first, &last, threads) {
+                        slices.push((at, cut.clone()));
+                        at = cut;
+                    }
+                    slices.push((at, e.clone()));
                 }
-                slices.push((at, e.clone()));
+                _ => slices.push((s.clone(), e.clone())),
             }
-            _ => slices.push((s.clone(), e.clone())),
         }
-    }
-    if slices.len() < 2 {
-        return Ok(None);
-    }
-    let parts = crate::query::on_threads(&slices, &|(s, e)| {
-        let (mut found, mut examined) = (Vec::new(), 0u64);
-        shared.scan(s, e, false, &mut |k, _| {
-            examined += 1;
-            let id = id_from_key(k)?;
-            if let Some(sure) = admit(&id) {
-                found.push((id, sure));
-            }
-            Ok(true)
-        })?;
-        Ok((found, examined))
-    })?;
+        if slices.len() < 2 {
+            return Ok(None);
+        }
+        crate::query::on_threads(&slices, &|(s, e)| {
+            let (mut found, mut examined) = (Vec::new(), 0u64);
+            shared.scan(s, e, false, &mut |k, _| {
+                examined += 1;
+                let id = id_from_key(k)?;
+                if let Some(sure) = admit(&id) {
+                    found.push((id, sure));
+                }
+                Ok(true)
+            })?;
+            Ok((found, examined))
+        })?
+    };
     let examined = parts.iter().map(|p| p.1).sum();
     let mut found: Vec<(Uuid, bool)> = parts.into_iter().flat_map(|p| p.0).collect();
     if ia.arrays {
-        // A record appears once per array element, possibly in two slices.
+        // A record appears once per array element, possibly in two parts.
         let mut seen = HashSet::new();
         found.retain(|(id, _)| seen.insert(*id));
     }

@@ -2,8 +2,10 @@
 //! (tokio multi-thread runtime with the engine's default worker count, hyper 1 http1
 //! keep-alive, TCP_NODELAY). Every request gets
 //! `200 {"success":true}` with `content-type: application/json`; request bodies are drained.
+//! `--body-bytes N` makes the answer a JSON object of N bytes instead (`{"success":true,
+//! "data":"xxx..."}`), the reference for routes whose answers are that large.
 //!
-//!   null_http --addr 127.0.0.1:PORT      (127.0.0.1:0 picks a free port)
+//!   null_http --addr 127.0.0.1:PORT [--body-bytes N]     (127.0.0.1:0 picks a free port)
 //!
 //! Prints `listening http ADDR` on stdout once bound; SIGTERM/SIGINT stop it (default action).
 
@@ -19,10 +21,20 @@ use std::time::Duration;
 
 static BODY: &[u8] = br#"{"success":true}"#;
 
-async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// The answer of `--body-bytes N`: a JSON object of exactly `n` bytes (at least the default's).
+fn body_of(n: usize) -> Bytes {
+    let (head, tail) = (r#"{"success":true,"data":""#, r#""}"#);
+    let fill = n.saturating_sub(head.len() + tail.len());
+    Bytes::from(format!("{head}{}{tail}", "x".repeat(fill)))
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     // Read the body like a real handler would (POST benchmarks send one).
     let _ = req.into_body().collect().await;
-    let mut r = Response::new(Full::new(Bytes::from_static(BODY)));
+    let mut r = Response::new(Full::new(body));
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(r)
@@ -30,14 +42,19 @@ async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Byt
 
 fn main() {
     let mut addr: Option<String> = None;
+    let mut body = Bytes::from_static(BODY);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--addr" => addr = Some(args.next().expect("--addr needs a value")),
+            "--body-bytes" => {
+                let n = args.next().and_then(|v| v.parse::<usize>().ok());
+                body = body_of(n.expect("--body-bytes needs a number of bytes"));
+            }
             // `cargo bench` passes --bench; ignore it and any other libtest-style flags.
             "--bench" => {}
             "-h" | "--help" => {
-                println!("usage: null_http --addr 127.0.0.1:PORT");
+                println!("usage: null_http --addr 127.0.0.1:PORT [--body-bytes N]");
                 return;
             }
             other => {
@@ -86,7 +103,11 @@ fn main() {
                 }
             };
             let _ = stream.set_nodelay(true);
-            let conn = builder.serve_connection(TokioIo::new(stream), service_fn(handle));
+            let body = body.clone();
+            let conn = builder.serve_connection(
+                TokioIo::new(stream),
+                service_fn(move |req| handle(req, body.clone())),
+            );
             tokio::spawn(async move {
                 let _ = conn.await;
             });

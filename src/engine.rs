@@ -402,15 +402,20 @@ impl Engine {
         }
         doc.offset = None;
         doc.limit = None;
-        let mut spec = crate::query::lower(&doc, false)?.spec;
-        spec.offset = offset as usize;
-        spec.limit = limit.map(|l| l as usize);
+        let mut q = crate::query::lower(&doc, false)?;
+        q.spec.offset = offset as usize;
+        q.spec.limit = limit.map(|l| l as usize);
         let Some(t) = self.store.tenant_id(&tenant) else {
-            return Ok((vec![], 0));
+            return match q.anchor {
+                Some(id) => Err(Error::not_found(format!("record {id} not found"))),
+                None => Ok((vec![], 0)),
+            };
         };
         let store = self.store.clone();
         let out = tokio::task::spawn_blocking(move || {
-            crate::query::exec::search(&store.snapshot()?, t, &spec)
+            let snap = store.snapshot()?;
+            q.check_anchor(&snap, t)?;
+            crate::query::exec::search(&snap, t, &q.spec)
         })
         .await
         .map_err(|e| Error::internal(format!("stream query task failed: {e}")))??;

@@ -80,6 +80,22 @@ pub struct Query {
     pub spec: exec::SearchSpec,
     /// Present when the document asks for `aggregate`/`select` (and optionally `groupBy`).
     pub aggregation: Option<aggregate::Aggregation>,
+    /// `relatedTo`: the record the search is among the neighbours of. It must exist: a
+    /// search related to an unknown record is not found, like a read of it.
+    pub anchor: Option<uuid::Uuid>,
+}
+
+impl Query {
+    /// Not found when the search is related to a record `kv` does not hold.
+    pub fn check_anchor<R: crate::store::kv::KvRead>(&self, kv: &R, tenant: u64) -> Result<()> {
+        let Some(id) = self.anchor else {
+            return Ok(());
+        };
+        match crate::store::records::get_label(kv, tenant, &id)? {
+            Some(_) => Ok(()),
+            None => Err(Error::not_found(format!("record {id} not found"))),
+        }
+    }
 }
 
 fn labels_of(doc: &QueryDocument) -> Result<Vec<String>> {
@@ -105,8 +121,12 @@ fn present(v: &Option<Value>) -> bool {
 pub fn lower(doc: &QueryDocument, paged: bool) -> Result<Query> {
     let labels = labels_of(doc)?;
     let mut filter = filter::parse(doc.predicate.as_ref(), "where")?;
-    if let Some(id) = &doc.related_to {
-        let id = crate::model::parse_uuid_v7(id, "record id")?;
+    let anchor = doc
+        .related_to
+        .as_deref()
+        .map(|id| crate::model::parse_uuid_v7(id, "record id"))
+        .transpose()?;
+    if let Some(id) = anchor {
         let related = filter::Filter::Related(Box::new(filter::Related {
             label: None,
             edges: Default::default(),
@@ -197,5 +217,6 @@ pub fn lower(doc: &QueryDocument, paged: bool) -> Result<Query> {
             },
         },
         aggregation,
+        anchor,
     })
 }

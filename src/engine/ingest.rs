@@ -175,6 +175,7 @@ impl Engine {
         }
         let link = |source, target, unique| {
             WriteOp::Link(LinkRel {
+                id: uuid::Uuid::now_v7(),
                 seen: None,
                 source,
                 target,

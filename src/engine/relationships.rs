@@ -165,6 +165,7 @@ impl Engine {
                     Direction::In => (*t, *s),
                 };
                 ops.push(WriteOp::Link(LinkRel {
+                    id: Uuid::now_v7(),
                     seen: None,
                     source,
                     target,
@@ -275,6 +276,7 @@ impl Engine {
                         Direction::In => (g, s, (gl.clone(), sl.clone())),
                     };
                     WriteOp::Link(LinkRel {
+                        id: Uuid::now_v7(),
                         seen: Some(SeenLabels {
                             source: seen.0,
                             target: seen.1,

@@ -44,6 +44,11 @@ impl Engine {
         doc: &QueryDocument,
     ) -> Result<Outcome> {
         let q = query::lower(doc, true)?;
+        if let Some(id) = q.anchor {
+            let not_found = || Error::not_found(format!("record {id} not found"));
+            let t = self.store.tenant_id(tenant).ok_or_else(not_found)?;
+            q.check_anchor(&self.store.snapshot()?, t)?;
+        }
         let Some(agg) = q.aggregation else {
             let out = self.run_search(tenant, q.spec).await?;
             return Ok(Outcome::Records {

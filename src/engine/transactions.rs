@@ -401,9 +401,11 @@ impl Engine {
                 Ok(Outcome::Record(Box::new(rec)))
             }
             Operation::Query(QueryOp::Records(q)) => {
-                let spec = crate::query::lower(&q.query, true)?.spec;
-                let out =
-                    self.staged_read(open, |kv, t| crate::query::exec::search(kv, t, &spec))?;
+                let q = crate::query::lower(&q.query, true)?;
+                let out = self.staged_read(open, |kv, t| {
+                    q.check_anchor(kv, t)?;
+                    crate::query::exec::search(kv, t, &q.spec)
+                })?;
                 remember(open, &out.records);
                 Ok(Outcome::Records {
                     records: out.records,

@@ -375,6 +375,11 @@ pub fn upgrade_adjacency_from_v1(
 /// type, replacing its properties: the REST attach rule of BEHAVIOUR.md §3).
 #[derive(Debug, Clone)]
 pub struct LinkRel {
+    /// The id the relationship gets when the link creates one, chosen when the op is built:
+    /// a transaction replays its staged ops for every read and then commits them, and each
+    /// of those must create the same relationship (a unique link that finds its relationship
+    /// already there keeps that one's id).
+    pub id: Uuid,
     pub source: Uuid,
     pub target: Uuid,
     pub rel_type: String,
@@ -535,7 +540,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             }
         }
         let rel = Relationship {
-            id: Uuid::now_v7(),
+            id: l.id,
             row: self.next_row()?,
             version: self.seq,
             rel_type: l.rel_type,
@@ -550,8 +555,12 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
     }
 
     /// Removes the relationships between `node` and each of `others` that the filter admits.
+    /// Every record named must exist (not found otherwise, as for a link).
     pub(super) fn unlink(&mut self, u: UnlinkRel) -> Result<u64> {
         let others: HashSet<Uuid> = u.others.into_iter().collect();
+        for id in std::iter::once(&u.node).chain(&others) {
+            self.label_of(id)?;
+        }
         let mut ids = Vec::new();
         edges(&*self.ov, self.tenant, &u.node, &u.filter, &mut |e| {
             if others.contains(&e.other) {

@@ -174,6 +174,7 @@ async fn adjacency_values_stay_current_and_a_v1_store_is_upgraded() {
     let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
     let link = |s: Uuid, t: Uuid, ty: &str, w: i64| {
         WriteOp::Link(rels::LinkRel {
+            id: Uuid::now_v7(),
             seen: None,
             source: s,
             target: t,
@@ -304,6 +305,7 @@ async fn seen_labels_are_used_only_on_the_state_they_were_read_on() {
     let as_of = || records::commit_seq(&store.snapshot().unwrap()).unwrap();
     let link = |t: Uuid, seen: u64| {
         WriteOp::Link(rels::LinkRel {
+            id: Uuid::now_v7(),
             source: a,
             target: t,
             rel_type: "T".into(),

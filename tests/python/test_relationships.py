@@ -12,7 +12,7 @@ import uuid
 import pytest
 from rushdb import RushDB, RushDBError
 
-from conftest import DEV_TOKEN, assert_rest_error, unique
+from conftest import DEV_TOKEN, assert_protocol_error, assert_rest_error, unique
 
 DEFAULT_TYPE = "__SERVICE__RELATION__DEFAULT__"
 
@@ -470,6 +470,23 @@ def test_missing_records_are_404_and_detach_validation(api):
     assert_rest_error(r, 400, "invalid_argument", message_contains=["direction"])
     r = api.get(f"/api/v1/records/{ghost}/relationships")
     assert_rest_error(r, 404, "not_found")
+    # Detach names records too (SPEC.md rule 5): a missing source or target is a 404 on both
+    # routes and through Protocol v1, and nothing is removed when one of several is missing.
+    other = api.create("V", {"x": 2})
+    assert api.post(f"/api/v1/relationships/{src}", {"targetIds": [other]}).status_code == 201
+    for path, body in [(f"/api/v1/relationships/{ghost}", {"targetIds": [src]}),
+                       (f"/api/v1/records/{ghost}/relationships", {"targetIds": src}),
+                       (f"/api/v1/records/{src}/relationships", {"targetIds": [other, ghost]})]:
+        assert_rest_error(api.put(path, body), 404, "not_found", message_contains=[ghost])
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "unlinkRecordsById", "command": {
+        "relationTypes": [], "sourceIds": [src], "targetIds": [ghost]}}})
+    assert_protocol_error(r, 404, "not_found", message_contains=[ghost])
+    assert rels_of(api, src)["total"] == 1
+    # Searching among the neighbours of a missing record is a 404 as well, not an empty page.
+    r = api.post(f"/api/v1/records/{ghost}/search", {})
+    assert_rest_error(r, 404, "not_found", message_contains=[ghost])
+    r = api.post(f"/api/v1/records/{src}/search", {})
+    assert r.status_code == 200 and r.json()["data"]["total"] == 1, r.text
     r = api.post("/api/v1/records/search", {"where": {"X": {"$relation": {"hops": 11}}}})
     assert_rest_error(r, 400, "invalid_argument", message_contains=["where.X.$relation.hops"])
     r = api.post("/api/v1/records/search", {"where": {"$relation": "T"}})

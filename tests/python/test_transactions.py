@@ -462,3 +462,27 @@ def test_links_in_one_commit_stay_one_per_pair_and_type(module_api):
     r = api.protocol({"kind": "describe", "describe": {"kind": "schema"}})
     counts = {(x["sourceLabel"], x["type"], x["targetLabel"]): x["count"] for x in r.json()["response"]["schema"]["relationships"]}
     assert counts[(other, "KNOWS", label)] == 1 and counts[(other, "KNOWS", other)] == 1
+
+
+def test_a_staged_relationship_keeps_its_id_through_reads_and_commit(module_api):
+    """A relationship attached inside a transaction has one id: every read in the
+    transaction shows the same one, and the commit stores it (BEHAVIOUR.md §3: every
+    relationship has its own stored id)."""
+    api = module_api
+    label = unique("TXI")
+    a, b = api.create(label, {"n": 1}), api.create(label, {"n": 2})
+    tx = begin(api, ttl=10000)
+    r = in_tx(api, tx, "POST", f"/api/v1/records/{a}/relationships", {"targetIds": b, "type": "R"})
+    assert r.status_code == 201, r.text
+
+    def rel_ids(tx=None):
+        path = f"/api/v1/records/{a}/relationships"
+        r = in_tx(api, tx, "GET", path) if tx else api.get(path)
+        assert r.status_code == 200, r.text
+        return [x["id"] for x in r.json()["data"]["data"]]
+
+    seen = [rel_ids(tx) for _ in range(3)]
+    assert len(seen[0]) == 1 and seen == [seen[0]] * 3
+    assert rel_ids() == []
+    assert commit(api, tx).status_code == 200
+    assert rel_ids() == seen[0]

@@ -1417,19 +1417,32 @@ mod tests {
                 }
                 v
             };
-            let keys_of = |snap: &Snapshot, pre: &[u8], reverse: bool, stop: usize, memo: bool| {
+            // How a run is read: through the memo for keys (values not compared), through the
+            // memo with values (adjacency runs only: `scan_prefix`), or straight (no memo).
+            #[derive(Clone, Copy, PartialEq)]
+            enum How {
+                Keys,
+                Values,
+                Straight,
+            }
+            let read = |snap: &Snapshot, pre: &[u8], reverse: bool, stop: usize, how: How| {
                 let mut out = Vec::new();
                 let end = keys::prefix_end(pre);
-                let mut visit = |k: &[u8], _: &[u8]| {
-                    out.push(k.to_vec());
+                let mut visit = |k: &[u8], v: &[u8]| {
+                    out.push((k.to_vec(), (how != How::Keys).then(|| v.to_vec())));
                     Ok(out.len() < stop)
                 };
-                if memo {
-                    snap.scan_keys(pre, &end, reverse, &mut visit).unwrap();
-                } else {
-                    snap.scan(pre, &end, reverse, &mut visit).unwrap();
+                match how {
+                    How::Keys => snap.scan_keys(pre, &end, reverse, &mut visit).unwrap(),
+                    How::Values => snap.scan_prefix(pre, reverse, &mut visit).unwrap(),
+                    How::Straight => snap.scan(pre, &end, reverse, &mut visit).unwrap(),
                 }
                 out
+            };
+            let keys_of = |snap: &Snapshot, pre: &[u8], reverse: bool, stop: usize, memo: bool| {
+                let how = if memo { How::Keys } else { How::Straight };
+                let out = read(snap, pre, reverse, stop, how);
+                out.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
             };
             let mut kept: Vec<Snapshot> = Vec::new();
             let mut checks = 0;
@@ -1440,7 +1453,8 @@ mod tests {
                         0 => adj(next(4), next(2), next(3), next(4), next(3)),
                         _ => idx(next(2), next(3), next(6)),
                     };
-                    w.insert(k, (next(3) > 0).then(Vec::new));
+                    // A value names its batch: rewriting a key changes what a run holds.
+                    w.insert(k, (next(3) > 0).then(|| format!("v{seq}").into_bytes()));
                 }
                 w.insert(
                     Key::system(keys::SYS_COMMIT_SEQ).0,
@@ -1469,6 +1483,12 @@ mod tests {
                         "group {seq}, snapshot {}, prefix {pre:?}, reverse {reverse}",
                         snap.seq()
                     );
+                    assert_eq!(
+                        read(snap, pre, reverse, stop, How::Values),
+                        read(snap, pre, reverse, stop, How::Straight),
+                        "values: group {seq}, snapshot {}, prefix {pre:?}, reverse {reverse}",
+                        snap.seq()
+                    );
                     checks += 1;
                 }
             }
@@ -1488,6 +1508,25 @@ mod tests {
             let hits = memo.stats().hits;
             assert_eq!(keys_of(&snap, pre, false, usize::MAX, true), first);
             assert_eq!(memo.stats().hits, hits + 1);
+            // An adjacency run read with values is then answered from memory with them, and
+            // serves key-only reads as well (a node's whole run fits the larger memo).
+            if budget < 1 << 20 {
+                continue;
+            }
+            let node = &prefixes[0];
+            let with = read(&snap, node, false, usize::MAX, How::Values);
+            let hits = memo.stats().hits;
+            assert_eq!(read(&snap, node, false, usize::MAX, How::Values), with);
+            assert_eq!(
+                read(&snap, node, true, usize::MAX, How::Values).len(),
+                with.len()
+            );
+            let keys: Vec<Vec<u8>> = with.iter().map(|(k, _)| k.clone()).collect();
+            assert_eq!(keys_of(&snap, node, false, usize::MAX, true), keys);
+            assert_eq!(memo.stats().hits, hits + 3);
+            assert!(with
+                .iter()
+                .any(|(_, v)| v.as_ref().is_some_and(|v| !v.is_empty())));
         }
     }
 

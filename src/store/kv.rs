@@ -192,7 +192,8 @@ pub struct Snapshot {
     redb: Arc<RedbView>,
     /// Batches newer than redb's applied sequence, oldest first.
     mem: Vec<Arc<Batch>>,
-    /// The store's key memo, which `scan_keys` reads through.
+    /// The store's key memo, which `scan_keys` (and `scan_prefix` of adjacency runs) reads
+    /// through.
     memo: Option<Arc<KeyMemo>>,
 }
 
@@ -263,22 +264,30 @@ impl KvRead for Snapshot {
             scan_table(&self.redb.table, start, end, reverse, v)
         })
     }
+    fn scan_prefix(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        let end = || super::keys::prefix_end(prefix);
+        match &self.memo {
+            Some(m) if m.covers_values(prefix) => {
+                let read = |v: Visit| self.scan(prefix, &end(), reverse, v);
+                m.scan_prefix(self.seq(), prefix, reverse, visit, &read, true)
+            }
+            _ => self.scan(prefix, &end(), reverse, visit),
+        }
+    }
     fn scan_keys(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
         match &self.memo {
             Some(m) if is_prefix_end(start, end) => {
-                m.scan_prefix(self.seq(), start, reverse, visit, &|v| {
-                    self.scan(start, end, reverse, v)
-                })
+                let read = |v: Visit| self.scan(start, end, reverse, v);
+                m.scan_prefix(self.seq(), start, reverse, visit, &read, false)
             }
             _ => self.scan(start, end, reverse, visit),
         }
     }
     fn scan_prefix_keys(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
+        let read = |v: Visit| self.scan(prefix, &super::keys::prefix_end(prefix), reverse, v);
         match &self.memo {
-            Some(m) => m.scan_prefix(self.seq(), prefix, reverse, visit, &|v| {
-                self.scan_prefix(prefix, reverse, v)
-            }),
-            None => self.scan_prefix(prefix, reverse, visit),
+            Some(m) => m.scan_prefix(self.seq(), prefix, reverse, visit, &read, false),
+            None => read(visit),
         }
     }
     fn memoizes(&self, start: &[u8], end: &[u8]) -> bool {

@@ -30,7 +30,11 @@
 //! `g` by a snapshot holding batch `g` (hence every noted batch) is its domain's state for as
 //! long as `last` stays `g`, so a snapshot that holds batch `g` uses it while `last == g`.
 //!
-//! Memory: the runs' keys are counted against a budget (`storage.key_memo_mb`), split evenly
+//! Values: an adjacency run is also kept with its values when a snapshot reads it with them
+//! (listing a record's relationships reads each relationship from its adjacency value). An adjacency value changes only by a write of its key, so such a
+//! run is valid exactly when its keys are. A run with values answers key-only reads too.
+//!
+//! Memory: the runs' keys (and values) are counted against a budget (`storage.key_memo_mb`), split evenly
 //! over the memo's shards; remembering a run that would exceed its shard's part starts that
 //! shard over. A budget of 0 turns the memo off.
 
@@ -59,13 +63,20 @@ const ADJ_DIR_AT: usize = KIND_AT + 1 + 16;
 const PROP_END: usize = KIND_AT + 1 + 16;
 
 /// One remembered run in one allocation (a lookup touches the map's slot and this, nothing
-/// else): a header (the domain's `modified` and `last` when it was read, the prefix's
-/// length), the prefix, then each key's suffix after the prefix, in key order, each preceded
-/// by its length (u16, little-endian).
+/// else): a header (the domain's `modified` and `last` when it was read, the prefix's length
+/// with `WITH_VALUES` set when the run holds values), the prefix, then each key's suffix after
+/// the prefix, in key order, each preceded by its length (u16, little-endian), and in a run
+/// with values followed by the value's length (u32, little-endian) and the value.
 #[derive(Clone)]
 struct Run(Arc<[u8]>);
 
 const HEADER: usize = 8 + 8 + 4;
+/// Bit of the header's prefix length: the run holds each key's value as well.
+const WITH_VALUES: u32 = 1 << 31;
+
+fn read_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
 
 fn read_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
@@ -83,19 +94,32 @@ impl Run {
     }
 
     fn prefix(&self) -> &[u8] {
-        let mut a = [0u8; 4];
-        a.copy_from_slice(&self.0[16..HEADER]);
-        &self.0[HEADER..HEADER + u32::from_le_bytes(a) as usize]
+        let len = read_u32(&self.0, 16).unwrap_or(0) & !WITH_VALUES;
+        &self.0[HEADER..HEADER + len as usize]
     }
 
-    /// Where each suffix starts (its bytes) and ends, in key order.
-    fn suffixes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    fn has_values(&self) -> bool {
+        read_u32(&self.0, 16).unwrap_or(0) & WITH_VALUES != 0
+    }
+
+    /// Each entry in key order: where its suffix starts and ends, and where its value starts
+    /// and ends (an empty range at the suffix's end in a run without values). An entry's
+    /// encoding is `self.0[suffix start - 2 .. value end]`.
+    fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        let values = self.has_values();
         let mut at = HEADER + self.prefix().len();
         std::iter::from_fn(move || {
             let len = *self.0.get(at)? as usize | (*self.0.get(at + 1)? as usize) << 8;
-            let start = at + 2;
-            at = start + len;
-            Some((start, at))
+            let key = (at + 2, at + 2 + len);
+            at = key.1;
+            let value = if values {
+                let vlen = read_u32(&self.0, at)? as usize;
+                at += 4 + vlen;
+                (at - vlen, at)
+            } else {
+                (at, at)
+            };
+            Some(Entry { key, value })
         })
     }
 
@@ -104,34 +128,55 @@ impl Run {
     }
 }
 
-/// Encodes a run while its keys are read.
+/// Where one entry of a run is in its encoding: its key's suffix, its value.
+#[derive(Clone, Copy)]
+struct Entry {
+    key: (usize, usize),
+    value: (usize, usize),
+}
+
+/// Encodes a run while its keys (and values) are read.
 struct RunBuilder {
     buf: Vec<u8>,
     prefix_len: usize,
-    /// Every key had the prefix and a suffix of at most `u16::MAX` bytes.
+    values: bool,
+    /// Every key had the prefix and a suffix of at most `u16::MAX` bytes, every value at most
+    /// `u32::MAX` bytes, and the prefix is shorter than `WITH_VALUES`.
     fits: bool,
 }
 
 impl RunBuilder {
-    fn new(seq: u64, last: u64, prefix: &[u8]) -> RunBuilder {
+    fn new(seq: u64, last: u64, prefix: &[u8], values: bool) -> RunBuilder {
         let mut buf = Vec::with_capacity(HEADER + prefix.len() + 64);
         buf.extend_from_slice(&seq.to_le_bytes());
         buf.extend_from_slice(&last.to_le_bytes());
-        buf.extend_from_slice(&(prefix.len() as u32).to_le_bytes());
+        let fits = prefix.len() < WITH_VALUES as usize;
+        let flag = if values { WITH_VALUES } else { 0 };
+        buf.extend_from_slice(&(prefix.len() as u32 | flag).to_le_bytes());
         buf.extend_from_slice(prefix);
         RunBuilder {
             buf,
             prefix_len: prefix.len(),
-            fits: prefix.len() <= u32::MAX as usize,
+            values,
+            fits,
         }
     }
 
-    fn push(&mut self, key: &[u8]) {
+    fn push(&mut self, key: &[u8], value: &[u8]) {
         match key.strip_prefix(&self.buf[HEADER..HEADER + self.prefix_len]) {
-            Some(suffix) if self.fits && suffix.len() <= u16::MAX as usize => {
+            Some(suffix)
+                if self.fits
+                    && suffix.len() <= u16::MAX as usize
+                    && value.len() <= u32::MAX as usize =>
+            {
                 self.buf
                     .extend_from_slice(&(suffix.len() as u16).to_le_bytes());
                 self.buf.extend_from_slice(suffix);
+                if self.values {
+                    self.buf
+                        .extend_from_slice(&(value.len() as u32).to_le_bytes());
+                    self.buf.extend_from_slice(value);
+                }
             }
             _ => self.fits = false,
         }
@@ -146,9 +191,9 @@ impl RunBuilder {
         let head = HEADER + run.prefix().len();
         let mut buf = Vec::with_capacity(run.0.len());
         buf.extend_from_slice(&run.0[..head]);
-        let parts: Vec<(usize, usize)> = run.suffixes().collect();
-        for (s, e) in parts.into_iter().rev() {
-            buf.extend_from_slice(&run.0[s - 2..e]);
+        let parts: Vec<Entry> = run.entries().collect();
+        for e in parts.into_iter().rev() {
+            buf.extend_from_slice(&run.0[e.key.0 - 2..e.value.1]);
         }
         Run(buf.into())
     }
@@ -386,6 +431,13 @@ impl KeyMemo {
         self.enabled() && eligible(prefix)
     }
 
+    /// Whether [`KeyMemo::scan_prefix`] may answer the keys and values under `prefix`: the
+    /// adjacency runs it covers (a node's relationships, read with their values to list
+    /// them). Index entries are only read for their keys.
+    pub fn covers_values(&self, prefix: &[u8]) -> bool {
+        self.covers(prefix) && prefix[KIND_AT] == keys::ADJACENCY
+    }
+
     /// Whether `scan_prefix` of `prefix` is answered from memory or may be: covered, and not
     /// found too large for the memo the last time it was read whole. A caller that would
     /// otherwise split the read over threads reads it through the memo only then.
@@ -405,8 +457,9 @@ impl KeyMemo {
 
     /// The keys under `prefix` in a snapshot of sequence `seq`, from memory when the memo
     /// holds the run unchanged since, else through `read` (the snapshot's own scan of the
-    /// prefix), which fills the memo when it reads the whole run. Values are not visited:
-    /// `visit` gets `&[]` from memory.
+    /// prefix), which fills the memo when it reads the whole run. With `values` (only where
+    /// [`KeyMemo::covers_values`]) `visit` gets each key's value, and only runs that hold
+    /// values answer; without, it may get `&[]` or the value, and must not look at it.
     pub fn scan_prefix(
         &self,
         seq: u64,
@@ -414,8 +467,13 @@ impl KeyMemo {
         reverse: bool,
         visit: Visit,
         read: &dyn Fn(Visit) -> Result<()>,
+        values: bool,
     ) -> Result<()> {
-        if !self.covers(start) {
+        let covered = match values {
+            true => self.covers_values(start),
+            false => self.covers(start),
+        };
+        if !covered {
             return read(visit);
         }
         // Read after the snapshot was taken (see the module comment), `last` before `modified`.
@@ -428,7 +486,7 @@ impl KeyMemo {
             .unwrap_or_else(|p| p.into_inner())
             .map
             .get(&h)
-            .filter(|r| r.prefix() == start)
+            .filter(|r| r.prefix() == start && (r.has_values() || !values))
             .cloned();
         let m = match known {
             Some(run) if run.last() == last && last <= seq => {
@@ -452,13 +510,13 @@ impl KeyMemo {
         };
         let last = if last <= seq { last } else { NOT_LAST };
         // Read it through the snapshot, keeping the keys while the caller reads them all.
-        let mut run = RunBuilder::new(m, last, start);
+        let mut run = RunBuilder::new(m, last, start, values);
         let mut whole = true;
         read(&mut |k, v| {
             let go = visit(k, v)?;
             whole &= go;
             if go {
-                run.push(k);
+                run.push(k, v);
             }
             Ok(go)
         })?;
@@ -468,26 +526,26 @@ impl KeyMemo {
         Ok(())
     }
 
-    /// Visits a remembered run's keys.
+    /// Visits a remembered run's keys (with their values when it holds them).
     fn serve(&self, shard: &Shard, run: &Run, reverse: bool, visit: Visit) -> Result<()> {
         shard.hits.fetch_add(1, Ordering::Relaxed);
         let prefix = run.prefix();
         let mut key = Vec::with_capacity(prefix.len() + 48);
         key.extend_from_slice(prefix);
-        let mut one = |(s, e): (usize, usize)| {
+        let mut one = |e: Entry| {
             key.truncate(prefix.len());
-            key.extend_from_slice(&run.0[s..e]);
-            visit(&key, &[])
+            key.extend_from_slice(&run.0[e.key.0..e.key.1]);
+            visit(&key, &run.0[e.value.0..e.value.1])
         };
         if reverse {
-            let parts: Vec<(usize, usize)> = run.suffixes().collect();
+            let parts: Vec<Entry> = run.entries().collect();
             for part in parts.into_iter().rev() {
                 if !one(part)? {
                     break;
                 }
             }
         } else {
-            for part in run.suffixes() {
+            for part in run.entries() {
                 if !one(part)? {
                     break;
                 }

@@ -582,3 +582,35 @@ def test_protocol_link_ops_report_affected(api):
     r = api.protocol({"kind": "mutate", "mutation": {"kind": "linkRecords", "command": {
         "relationType": "SAME", "source": {"label": "PA", "property": "x"}, "target": {"label": "PB", "property": "x"}}}})
     assert r.json()["response"]["affected"] == 1
+
+
+def test_a_listing_follows_every_write_to_the_relationships_it_shows(api):
+    """A record's relationships are listed from memory once read (docs/design.md "Key
+    memo"): each write that changes what the listing shows (new properties on a re-attach,
+    the other end's label, a detach, a deleted neighbour, a new relationship) must show in
+    the next listing."""
+    hub = api.create("Hub", {"n": 0})
+    a, b = api.create("Spoke", {"n": 1}), api.create("Spoke", {"n": 2})
+    assert api.post(f"/api/v1/records/{hub}/relationships", {"targetIds": [a, b], "type": "R",
+                                                             "properties": {"w": 1}}).status_code == 201
+
+    def view():
+        data = rels_of(api, hub)
+        assert data["total"] == len(data["data"])
+        other = lambda r: ("target", "source")[r["targetId"] == hub]  # noqa: E731
+        return {(r[other(r) + "Id"], r[other(r) + "Label"], r["properties"].get("w")) for r in data["data"]}
+
+    for _ in range(2):  # the second listing is the one answered from memory
+        assert view() == {(a, "Spoke", 1), (b, "Spoke", 1)}
+    assert api.post(f"/api/v1/records/{hub}/relationships", {"targetIds": a, "type": "R",
+                                                             "properties": {"w": 2}}).status_code == 201
+    assert view() == {(a, "Spoke", 2), (b, "Spoke", 1)}
+    r = api.patch(f"/api/v1/records/{b}", {"label": "Rim", "data": {"n": 2}})
+    assert r.status_code == 201, r.text
+    assert view() == {(a, "Spoke", 2), (b, "Rim", 1)}
+    c = api.create("Spoke", {"n": 3})
+    assert api.post(f"/api/v1/relationships/{c}", {"targetIds": hub, "type": "R", "direction": "out"}).status_code == 201
+    assert view() == {(a, "Spoke", 2), (b, "Rim", 1), (c, "Spoke", None)}
+    assert api.put(f"/api/v1/records/{hub}/relationships", {"targetIds": a}).status_code == 200
+    assert api.delete(f"/api/v1/records/{b}").status_code == 200
+    assert view() == {(c, "Spoke", None)}

@@ -10,7 +10,9 @@
 //!   had when first seen; commit puts a `Check` of each in front of the staged ops, so the
 //!   writer refuses the whole batch (409 conflict) if any changed since: first committer wins.
 //! - A transaction ends exactly once (commit, rollback or expiry), under its own lock; its id
-//!   is then remembered as expired for [`EXPIRED_MEMORY`] when it ended by expiry.
+//!   is then remembered as expired for [`EXPIRED_MEMORY`] when it ended by expiry, with how
+//!   (rolled back, or committed or refused by its autocommit). An expiry records that before
+//!   it lets go of the transaction, so no request finds the id unknown in between.
 //! - Every open transaction has one lease (its ttl deadline) in [`Transactions`]'s ordered
 //!   set until it ends; one keeper task per engine sleeps until the earliest lease and
 //!   expires what is due. A transaction that commits or rolls back takes its lease out, so
@@ -56,14 +58,27 @@ type Handle = Arc<tokio::sync::Mutex<Open>>;
 #[derive(Default)]
 pub struct Transactions {
     open: Mutex<HashMap<Uuid, Handle>>,
-    /// Ids of transactions that expired, with when.
-    expired: Mutex<HashMap<Uuid, Instant>>,
+    /// Ids of transactions that expired, with when and how they ended.
+    expired: Mutex<HashMap<Uuid, (Instant, Expiry)>>,
     /// The leases of open transactions, earliest deadline first.
     leases: Mutex<BTreeSet<(Instant, Uuid)>>,
     /// Wakes the keeper when a lease earlier than every other one is taken.
     earlier_lease: tokio::sync::Notify,
     /// The lease keeper's task (`keep_leases`), once started.
     keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// How a transaction whose ttl elapsed ended.
+#[derive(Debug, Clone)]
+enum Expiry {
+    RolledBack,
+    /// Its autocommit applied it.
+    Committed,
+    /// Its autocommit was refused (a conflict, or a write that no longer applies).
+    Refused {
+        reason: String,
+        retryable: bool,
+    },
 }
 
 /// How a commit ended (Protocol v1 `transactionOutcome`).
@@ -87,10 +102,17 @@ fn not_found(id: &Uuid) -> Error {
     Error::not_found(format!("transaction {id} not found"))
 }
 
-fn expired(id: &Uuid) -> Error {
+fn expired(id: &Uuid, how: &Expiry) -> Error {
+    let how = match how {
+        Expiry::RolledBack => "and was rolled back".to_string(),
+        Expiry::Committed => "and was committed (autocommit)".to_string(),
+        Expiry::Refused { reason, .. } => {
+            format!("and its autocommit was refused, nothing applied: {reason}")
+        }
+    };
     Error::new(
         ErrorCode::TransactionExpired,
-        format!("transaction {id} expired (its ttl elapsed) and was rolled back"),
+        format!("transaction {id} expired (its ttl elapsed) {how}"),
     )
 }
 
@@ -105,12 +127,19 @@ impl Transactions {
             .expired
             .lock()
             .map_err(|_| Error::internal("tx lock"))?;
-        exp.retain(|_, at| at.elapsed() < EXPIRED_MEMORY);
-        Err(if exp.contains_key(id) {
-            expired(id)
-        } else {
-            not_found(id)
+        exp.retain(|_, (at, _)| at.elapsed() < EXPIRED_MEMORY);
+        Err(match exp.get(id) {
+            Some((_, how)) => expired(id, how),
+            None => not_found(id),
         })
+    }
+
+    /// How the transaction `id` ended, when it expired less than [`EXPIRED_MEMORY`] ago.
+    fn expiry(&self, id: &Uuid) -> Option<Expiry> {
+        let exp = self.expired.lock().ok()?;
+        exp.get(id)
+            .filter(|(at, _)| at.elapsed() < EXPIRED_MEMORY)
+            .map(|(_, how)| how.clone())
     }
 
     /// The lease set; a panic elsewhere while it was held does not stop expiry.
@@ -161,10 +190,10 @@ impl Transactions {
         self.open.lock().ok()?.get(id).cloned()
     }
 
-    fn mark_expired(&self, id: Uuid) {
+    fn mark_expired(&self, id: Uuid, how: Expiry) {
         if let Ok(mut exp) = self.expired.lock() {
-            exp.retain(|_, at| at.elapsed() < EXPIRED_MEMORY);
-            exp.insert(id, Instant::now());
+            exp.retain(|_, (at, _)| at.elapsed() < EXPIRED_MEMORY);
+            exp.insert(id, (Instant::now(), how));
         }
     }
 }
@@ -205,19 +234,29 @@ async fn expire(h: Handle, store: Arc<store::Store>, txs: Arc<Transactions>) {
         return;
     }
     g.ended = true;
-    txs.remove(&g.id, g.deadline);
-    if g.autocommit {
+    let how = if g.autocommit {
         let ops = commit_ops(&mut g);
-        if let Err(e) = store.write(g.tenant.clone(), ops).await {
-            crate::log::warn(&format!(
-                "autocommit of transaction {} at expiry failed: {}",
-                g.id, e.message
-            ));
+        match store.write(g.tenant.clone(), ops).await {
+            Ok(_) => Expiry::Committed,
+            Err(e) => {
+                crate::log::warn(&format!(
+                    "autocommit of transaction {} at expiry failed: {}",
+                    g.id, e.message
+                ));
+                Expiry::Refused {
+                    retryable: e.code == ErrorCode::Conflict,
+                    reason: e.message,
+                }
+            }
         }
     } else {
         g.ops.clear();
-        txs.mark_expired(g.id);
-    }
+        Expiry::RolledBack
+    };
+    // Remembered before the id leaves the open set (a request in between finds one or the
+    // other; one that waited for this lock looks the id up again and finds this).
+    txs.mark_expired(g.id, how);
+    txs.remove(&g.id, g.deadline);
 }
 
 /// Record ids a write op changes (their committed versions join the transaction's set).
@@ -340,13 +379,22 @@ impl Engine {
             TransactionOp::Begin(b) => self.begin(tenant, b).await,
             TransactionOp::Commit(r) => match self.commit(&tenant, &r.transaction_id).await {
                 Ok(o) => Ok(Outcome::TransactionOutcome(o)),
-                // Protocol commit always answers with the outcome (BEHAVIOUR.md §5).
+                // Protocol commit always answers with the outcome (BEHAVIOUR.md §5); an
+                // autocommit at expiry decided it already.
                 Err(e) if e.code == ErrorCode::TransactionExpired => {
+                    let id = parse_id(&r.transaction_id)?;
+                    let (status, retryable, reason) = match self.transactions.expiry(&id) {
+                        Some(Expiry::Committed) => ("committed", false, None),
+                        Some(Expiry::Refused { retryable, .. }) => {
+                            ("aborted", retryable, Some(e.message))
+                        }
+                        _ => ("expired", true, Some(e.message)),
+                    };
                     Ok(Outcome::TransactionOutcome(TxOutcome {
-                        id: parse_id(&r.transaction_id)?,
-                        status: "expired",
-                        retryable: true,
-                        reason: Some(e.message),
+                        id,
+                        status,
+                        retryable,
+                        reason,
                     }))
                 }
                 Err(e) => Err(e),

@@ -280,6 +280,46 @@ def test_protocol_autocommit_commits_at_expiry(module_api):
     while time.time() < deadline and not ids_of(module_api, label):
         time.sleep(0.1)
     assert len(ids_of(module_api, label)) == 1
+    # The id is remembered as expired (BEHAVIOUR.md §5) with what the autocommit did: REST
+    # and stage answer 404 transaction_expired, Protocol commit the outcome.
+    r = module_api.get(f"/api/v1/tx/{tx}")
+    assert_rest_error(r, 404, "transaction_expired", message_contains=["committed (autocommit)"])
+    assert_protocol_error(tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+        "kind": "createRecord", "label": label, "properties": {"a": 2}}}), 404, "transaction_expired")
+    out = tx_op(module_api, {"kind": "commit", "transactionId": tx}).json()["response"]
+    assert (out["status"], out["retryable"]) == ("committed", False), out
+    assert len(ids_of(module_api, label)) == 1
+
+
+def test_protocol_autocommit_refused_at_expiry_is_reported(module_api):
+    """An autocommit that conflicts at expiry applies nothing, and the commit asked for
+    afterwards reports it as aborted (retryable) instead of an unknown id."""
+    label = unique("TXR")
+    rid = module_api.create(label, {"n": 0})
+    tx = tx_op(module_api, {"kind": "begin", "ttlMs": 400, "autocommit": True}).json()["response"]["transactionId"]
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+        "kind": "updateRecord", "record": {"id": rid}, "properties": {"n": 1}}})
+    assert r.status_code == 200, r.text
+    assert module_api.patch(f"/api/v1/records/{rid}", {"data": {"n": 2}}).status_code in (200, 201)
+    deadline = time.time() + 5
+    while time.time() < deadline and module_api.get(f"/api/v1/tx/{tx}").status_code == 200:
+        time.sleep(0.1)
+    r = module_api.get(f"/api/v1/tx/{tx}")
+    assert_rest_error(r, 404, "transaction_expired", message_contains=["autocommit was refused"])
+    out = tx_op(module_api, {"kind": "commit", "transactionId": tx}).json()["response"]
+    assert (out["status"], out["retryable"]) == ("aborted", True) and rid in out["reason"], out
+    assert module_api.record(rid)["n"] == 2
+
+
+def test_a_whole_ttl_may_be_written_as_a_float(module_api):
+    r = module_api.post("/api/v1/tx", {"ttl": 5000.0})
+    assert r.status_code == 200 and r.json()["data"]["ttl"] == 5000, r.text
+    r = tx_op(module_api, {"kind": "begin", "ttlMs": 5000.0})
+    assert r.status_code == 200 and r.json()["response"]["ttlMs"] == 5000, r.text
+    for bad in (1.5, -1.0, "5000"):
+        assert_rest_error(module_api.post("/api/v1/tx", {"ttl": bad}), 400, "invalid_argument",
+                          message_contains=["ttl"])
+        assert_protocol_error(tx_op(module_api, {"kind": "begin", "ttlMs": bad}), 400, "invalid_argument")
 
 
 # ---------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ pub async fn begin(
     let ttl_ms = match body.get("ttl") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
-            v.as_u64()
+            crate::protocol::whole_ms(v)
                 .ok_or_else(|| Error::invalid("ttl: expected a whole number of milliseconds"))?,
         ),
     };

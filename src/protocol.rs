@@ -835,6 +835,25 @@ pub fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> crate::er
     })
 }
 
+/// A whole number of milliseconds: a non-negative integer, or a float without a fraction
+/// (clients that hold every JSON number as a double send `5000.0`).
+pub fn whole_ms(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..=9.0e15).contains(f))
+            .map(|f| f as u64)
+    })
+}
+
+fn de_whole_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => whole_ms(&v)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom("expected a whole number of milliseconds")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -922,24 +941,5 @@ mod tests {
             "body"
         )
         .is_err());
-    }
-}
-
-/// A whole number of milliseconds: a non-negative integer, or a float without a fraction
-/// (clients that hold every JSON number as a double send `5000.0`).
-pub fn whole_ms(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| {
-        v.as_f64()
-            .filter(|f| f.fract() == 0.0 && (0.0..=9.0e15).contains(f))
-            .map(|f| f as u64)
-    })
-}
-
-fn de_whole_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => whole_ms(&v)
-            .map(Some)
-            .ok_or_else(|| serde::de::Error::custom("expected a whole number of milliseconds")),
     }
 }

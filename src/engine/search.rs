@@ -156,14 +156,16 @@ impl Engine {
                 return Ok(groups.finish());
             }
             let fields = query::aggregate::fields(&agg);
-            let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+            let fields: Option<Vec<&str>> = fields
+                .as_ref()
+                .map(|f| f.iter().map(String::as_str).collect());
             let mut g = query::aggregate::Grouper::new(&agg);
             exec::for_each_match(
                 &snap,
                 t,
                 &q.spec.labels,
                 &q.spec.filter,
-                Some(&fields),
+                fields.as_deref(),
                 &mut |r| {
                     g.add(&r, &bind);
                     Ok(())

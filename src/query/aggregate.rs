@@ -180,9 +180,8 @@ fn build(
             AggFn::Max
         }
         "collect" => {
-            if alias.is_none() {
-                needs_field(&field)?;
-            }
+            // Without a field it collects the records themselves (the root's, `$record`, or
+            // an alias's).
             let desc = match m.get("orderBy") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) if s == "asc" => Some(false),
@@ -677,8 +676,15 @@ fn sort_rows(rows: &mut [Map<String, Value>], order: &[(String, bool)]) {
     });
 }
 
-/// The fields grouped aggregation reads: dimensions and aggregate inputs.
-pub fn fields(agg: &Aggregation) -> Vec<String> {
+/// The fields grouped aggregation reads: dimensions and aggregate inputs; None (every field)
+/// when it collects the root records themselves.
+pub fn fields(agg: &Aggregation) -> Option<Vec<String>> {
+    let whole = |d: &AggDef| {
+        d.alias.is_none() && d.field.is_none() && matches!(d.func, AggFn::Collect { .. })
+    };
+    if agg.defs.iter().any(whole) {
+        return None;
+    }
     let mut f: Vec<String> = agg
         .defs
         .iter()
@@ -691,7 +697,7 @@ pub fn fields(agg: &Aggregation) -> Vec<String> {
     }));
     f.sort();
     f.dedup();
-    f
+    Some(f)
 }
 
 fn page(agg: &Aggregation, mut rows: Vec<Map<String, Value>>) -> (Vec<Value>, u64) {

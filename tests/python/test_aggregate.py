@@ -224,6 +224,21 @@ def test_collect_options(module_api, movies):
         assert collect(form, field="rating", orderBy="asc", limit=2) == [6, 7]
 
 
+@pytest.mark.parametrize("form", ["aggregate", "select"])
+def test_collect_without_a_field_collects_the_records(module_api, movies, form):
+    """`field` is optional (SPEC.md Aggregation): `collect` of `$record` gathers each group's
+    records, whole (not only the fields the grouping reads)."""
+    label, _ = movies
+    spec = ({"aggregate": {"c": {"fn": "collect", "alias": "$record"}}} if form == "aggregate"
+            else {"select": {"c": {"$collect": "$record"}}})
+    out = rows_of(module_api, {"labels": [label], "where": {"genre": "drama"},
+                               "groupBy": ["$record.genre"], **spec})
+    [row] = out["data"]
+    assert row["genre"] == "drama" and len(row["c"]) == 3
+    assert sorted((r["title"], r["rating"]) for r in row["c"]) == [("A", 7), ("A", 8), ("B", 6)]
+    assert all(r["__label"] == label and r["__proptypes"]["released"] == "datetime" for r in row["c"])
+
+
 def test_collect_array_elements(module_api, movies):
     label, _ = movies
     out = rows_of(module_api, {"labels": [label], "where": {"genre": "comedy"}, "groupBy": ["$record.genre"],

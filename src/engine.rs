@@ -319,6 +319,10 @@ impl Engine {
     pub async fn execute(&self, env: Envelope) -> Result<Outcome> {
         if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
             self.credential(&env)?; // tenant-less (BEHAVIOUR.md §7)
+            if !self.multitenant() {
+                // Still an envelope: naming a tenant on a single-tenant engine is refused.
+                self.tenant(&env)?;
+            }
             return Ok(Outcome::BuildInfo(self.build_info()));
         }
         let (principal, tenant) = self.admit(&env)?;

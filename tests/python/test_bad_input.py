@@ -418,9 +418,10 @@ def test_protocol_unknown_operation_400(api, operation, needle):
 
 @pytest.mark.parametrize("operation", [
     {"kind": "describe", "describe": {"kind": "labels"}},
+    {"kind": "describe", "describe": {"kind": "buildInfo"}},
     {"kind": "query", "query": {"kind": "records", "query": {"labels": [SEED_LABEL]}}},
     {"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "create", "label": "SCOPED", "properties": {"a": 1}}},
-], ids=["describe", "query", "mutate"])
+], ids=["describe", "build-info", "query", "mutate"])
 @pytest.mark.parametrize("scope", ["x", "default", ""])
 def test_scope_on_single_tenant_is_scope_mismatch(api, operation, scope):
     with unchanged(api):

@@ -1572,6 +1572,65 @@ mod tests {
         }
     }
 
+    /// Runs with values (relationship listings) take at most half of a shard and never start
+    /// it over: after many listings, a key run read before is still answered from memory.
+    #[test]
+    fn listings_do_not_push_key_runs_out_of_the_memo() {
+        let dir = tempfile::tempdir().unwrap();
+        // 16 shards of 4 KiB; each listing run below is ~300 bytes, a key run ~100.
+        let memo = Arc::new(memo::KeyMemo::with_limits(16 * 4096, 100));
+        let p = published_in(dir.path(), memo.clone());
+        let id = |i: u128| uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + i);
+        let node = |n: u128| Key::tenant(1, keys::ADJACENCY).uuid(&id(n));
+        let index = Key::tenant(1, keys::PROP_INDEX)
+            .uuid(&id(9_000_000))
+            .str("L");
+        let mut w = BTreeMap::new();
+        for n in 0..2_000u128 {
+            for e in 0..2u128 {
+                let k = node(n).u8(0).str("T").uuid(&id(n + e)).uuid(&id(n * 2 + e));
+                w.insert(k.0, Some(vec![7u8; 100]));
+            }
+        }
+        w.insert(index.clone().uuid(&id(1)).0, Some(Vec::new()));
+        w.insert(
+            Key::system(keys::SYS_COMMIT_SEQ).0,
+            Some(codec::encode_u64(1)),
+        );
+        p.publish(Batch::new(1, w));
+        let snap = p.snapshot().unwrap();
+        let count = |pre: &[u8], values: bool| {
+            let mut n = 0;
+            let mut visit = |_: &[u8], v: &[u8]| {
+                assert!(!values || v.len() == 100);
+                n += 1;
+                Ok(true)
+            };
+            match values {
+                true => snap.scan_prefix(pre, false, &mut visit).unwrap(),
+                false => snap.scan_prefix_keys(pre, false, &mut visit).unwrap(),
+            }
+            n
+        };
+        assert_eq!(count(&index.0, false), 1);
+        let hits = memo.stats().hits;
+        for n in 0..2_000 {
+            assert_eq!(count(&node(n).0, true), 2);
+        }
+        let st = memo.stats();
+        assert!(st.bytes <= 16 * 4096 / 2 + 200, "{st:?}");
+        assert!(st.runs > 16, "listings were remembered: {st:?}");
+        assert_eq!(count(&index.0, false), 1);
+        assert_eq!(memo.stats().hits, hits + 1, "the key run is still held");
+        // A listing remembered is answered from memory, with its values.
+        let held = (0..2_000).find(|n| {
+            let before = memo.stats().hits;
+            count(&node(*n).0, true);
+            memo.stats().hits > before
+        });
+        assert!(held.is_some());
+    }
+
     /// The writer's `MetaCache` holds exactly the committed value of every key it has an
     /// entry for, through creates and deletes that add and drop property ids and counters,
     /// batches that fail after writing new property metadata into their overlay, property

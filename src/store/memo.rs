@@ -31,7 +31,9 @@
 //! long as `last` stays `g`, so a snapshot that holds batch `g` uses it while `last == g`.
 //!
 //! Values: an adjacency run is also kept with its values when a snapshot reads it with them
-//! (listing a record's relationships reads each relationship from its adjacency value). An adjacency value changes only by a write of its key, so such a
+//! (listing a record's relationships reads each relationship from its adjacency value). Runs
+//! with values hold at most half of a shard and never start one over (a run that does not fit
+//! is not remembered), so listings do not push out the key runs graph searches reread. An adjacency value changes only by a write of its key, so such a
 //! run is valid exactly when its keys are. A run with values answers key-only reads too.
 //!
 //! Memory: the runs' keys (and values) are counted against a budget (`storage.key_memo_mb`), split evenly
@@ -230,6 +232,8 @@ impl std::hash::Hasher for PreHasher {
 struct Runs {
     map: HashMap<u64, Run, PreHashed>,
     bytes: usize,
+    /// The part of `bytes` in runs with values (at most half the shard's budget).
+    value_bytes: usize,
     /// Hashes of prefixes whose run was read whole and found larger than the shard's budget.
     oversized: std::collections::HashSet<u64, PreHashed>,
 }
@@ -562,7 +566,16 @@ impl KeyMemo {
             .runs
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        if cost > budget {
+        if run.has_values() {
+            // Runs with values take at most half a shard and never start it over: listing
+            // many records' relationships does not push out the key runs searches reread.
+            let old = runs.map.get(&h).map_or((0, 0), |o| {
+                (o.cost(), if o.has_values() { o.cost() } else { 0 })
+            });
+            if runs.value_bytes - old.1 + cost > budget / 2 || runs.bytes - old.0 + cost > budget {
+                return;
+            }
+        } else if cost > budget {
             // Never held: callers that would split its reads over threads do so again
             // (`holds_or_fits`).
             if runs.oversized.len() >= OVERSIZED_MAX {
@@ -574,11 +587,17 @@ impl KeyMemo {
         if runs.bytes + cost > budget {
             runs.map.clear();
             runs.bytes = 0;
+            runs.value_bytes = 0;
         }
+        let values = if run.has_values() { cost } else { 0 };
         if let Some(old) = runs.map.insert(h, run) {
             runs.bytes -= old.cost();
+            if old.has_values() {
+                runs.value_bytes -= old.cost();
+            }
         }
         runs.bytes += cost;
+        runs.value_bytes += values;
     }
 
     fn shard(&self, h: u64) -> &Shard {

@@ -345,7 +345,7 @@ fn settings(state: &HttpState) -> HttpResponse {
             "restEnvelope": if state.flat_lists { "flat" } else { "spec" },
             "features": {
                 "records": true, "search": true, "relationships": true, "transactions": true,
-                "import": true, "export": true, "vectorSearch": false, "sql": false, "bolt": false, "grpc": false
+                "import": true, "export": true, "vectorSearch": false, "sql": false, "bolt": false, "grpc": true
             }
         }}),
     )

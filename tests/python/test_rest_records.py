@@ -31,6 +31,10 @@ def test_settings_is_open(module_api):
     body = r.json()
     assert body["success"] is True
     assert body["data"]["selfHosted"] is True
+    # The features this build serves: gRPC listens beside HTTP; SQL wire and Bolt are not built.
+    features = body["data"]["features"]
+    assert features["grpc"] is True and features["transactions"] is True
+    assert features["sql"] is False and features["bolt"] is False
 
 
 def test_sdk_settings_needs_token(module_api):
@@ -402,6 +406,19 @@ def test_patch_changes_label(module_api):
     assert labels[old] == 1 and labels[new] == 1
     assert [x["id"] for x in module_api.search({"labels": [new]})["data"]] == [rid]
     assert [x["id"] for x in module_api.search({"labels": [old]})["data"]] == [keep]
+
+
+def test_edit_fields_sent_as_null_are_absent(module_api):
+    """`data`, `properties` and `options` sent as null count as absent on an edit, as they do
+    on a create."""
+    old, new = unique("NUL"), unique("NUL2")
+    rid = module_api.create(old, {"a": 1})
+    r = module_api.patch(f"/api/v1/records/{rid}", {"label": new, "data": None, "properties": None, "options": None})
+    assert r.status_code == 201, r.text
+    rec = module_api.record(rid)
+    assert rec["label"] == new and rec["a"] == 1
+    r = module_api.post("/api/v1/records", {"label": old, "data": None})
+    assert r.status_code == 201, r.text
 
 
 def test_patch_flat_body(module_api):

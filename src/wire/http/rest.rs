@@ -153,23 +153,21 @@ fn edit_op(id: &str, mode: PutMode, body: Value) -> Result<Operation> {
         Some(Value::String(s)) => Some(s),
         Some(_) => return Err(Error::invalid("body.label: must be a string")),
     };
-    let vectors: Option<Vec<InlineVector>> = m
-        .remove("vectors")
+    // An optional field sent as null is absent, as in a create body.
+    let take = |m: &mut Map<String, Value>, k: &str| m.remove(k).filter(|v| !v.is_null());
+    let vectors: Option<Vec<InlineVector>> = take(&mut m, "vectors")
         .map(|v| protocol::decode(v, "body.vectors"))
         .transpose()?;
-    let options: Option<WriteOptions> = m
-        .remove("options")
+    let options: Option<WriteOptions> = take(&mut m, "options")
         .map(|v| protocol::decode(v, "body.options"))
         .transpose()?;
     let (data, typed) = if flat {
         (m, None)
     } else {
-        let data: Option<Map<String, Value>> = m
-            .remove("data")
+        let data: Option<Map<String, Value>> = take(&mut m, "data")
             .map(|v| protocol::decode(v, "body.data"))
             .transpose()?;
-        let typed: Option<Vec<PropertyInput>> = m
-            .remove("properties")
+        let typed: Option<Vec<PropertyInput>> = take(&mut m, "properties")
             .map(|v| protocol::decode(v, "body.properties"))
             .transpose()?;
         (data.unwrap_or_default(), typed)

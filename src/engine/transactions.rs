@@ -462,8 +462,18 @@ impl Engine {
             }
             Operation::Query(QueryOp::Relationships(q)) => {
                 let spec = super::relationships::RelSpec::parse(q.query)?;
-                let (relationships, total) =
-                    self.staged_read(open, |kv, t| spec.run(kv, t, None))?;
+                // The records a listing or search reads (its record, the endpoints a side
+                // filter looks at) are read inside the transaction: remembered like any other.
+                let ((relationships, total), read) = self.staged_read(open, |kv, t| {
+                    let noting = NotingReads::new(kv, t);
+                    let out = spec.run(&noting, t, None)?;
+                    Ok((out, noting.read.into_inner()))
+                })?;
+                for (id, version) in read {
+                    if version != STAGED_VERSION {
+                        open.seen.entry(id).or_insert(version);
+                    }
+                }
                 Ok(Outcome::Relationships {
                     relationships,
                     total,
@@ -592,6 +602,42 @@ fn creates_of_new_ids<'a>(staged: &[WriteOp], new: &'a [WriteOp]) -> Option<Vec<
 }
 
 /// Remembers the committed versions of records a read returned.
+/// A view that notes the id and version of every record of `tenant` read from it by key.
+struct NotingReads<'a, R> {
+    inner: &'a R,
+    prefix: Vec<u8>,
+    read: std::cell::RefCell<Vec<(Uuid, u64)>>,
+}
+
+impl<'a, R: store::kv::KvRead> NotingReads<'a, R> {
+    fn new(inner: &'a R, tenant: u64) -> Self {
+        let mut prefix = rec::record_key(tenant, &Uuid::nil());
+        prefix.truncate(prefix.len() - 16);
+        NotingReads {
+            inner,
+            prefix,
+            read: Default::default(),
+        }
+    }
+}
+
+impl<R: store::kv::KvRead> store::kv::KvRead for NotingReads<'_, R> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let v = self.inner.get(key)?;
+        let id = key
+            .strip_prefix(self.prefix.as_slice())
+            .and_then(|id| Uuid::from_slice(id).ok());
+        if let (Some(id), Some(value)) = (id, &v) {
+            let r = store::codec::decode_record_fields(id, value, Some(&[]))?;
+            self.read.borrow_mut().push((id, r.version));
+        }
+        Ok(v)
+    }
+    fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: store::kv::Visit) -> Result<()> {
+        self.inner.scan(start, end, reverse, visit)
+    }
+}
+
 fn remember(open: &mut Open, records: &[Record]) {
     for r in records {
         if r.version != STAGED_VERSION {

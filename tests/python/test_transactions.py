@@ -182,6 +182,35 @@ def test_conflict_first_committer_wins(module_api):
     assert ids_of(module_api, label) == {rid}
 
 
+def test_records_read_by_relationship_reads_conflict_too(module_api):
+    """A relationship listing reads its record, and a relationship search reads the
+    endpoints its record filters look at: inside a transaction those are reads like any other
+    (BEHAVIOUR.md §5), so a newer committed version of one fails the commit. Records the reads
+    do not look at do not."""
+    label = unique("TXQ")
+    a, b, c = (module_api.create(label, {"n": i}) for i in range(3))
+    assert module_api.post(f"/api/v1/records/{a}/relationships", {"targetIds": b, "type": "R"}).status_code == 201
+
+    def run(read, change, conflicts):
+        tx = begin(module_api, ttl=20000)
+        method, path, body = read
+        r = in_tx(module_api, tx, method, path, body)
+        assert r.status_code == 200 and r.json()["data"]["total"] == 1, r.text
+        assert in_tx(module_api, tx, "POST", "/api/v1/records", {"label": label, "data": {"x": 1}}).status_code == 201
+        assert module_api.patch(f"/api/v1/records/{change}", {"data": {"m": 1}}).status_code == 201
+        r = commit(module_api, tx)
+        if conflicts:
+            assert_rest_error(r, 409, "conflict", message_contains=[change])
+        else:
+            assert r.status_code == 200, r.text
+
+    listing = ("GET", f"/api/v1/records/{a}/relationships", None)
+    search = ("POST", "/api/v1/relationships/search", {"where": {"sourceRecord": {"n": 0}}})
+    run(listing, a, True)
+    run(search, a, True)
+    run(listing, c, False)
+
+
 def test_long_open_transaction_does_not_block_writers(module_api):
     label = unique("TXB")
     rid = module_api.create(label, {"n": 0})

@@ -180,6 +180,37 @@ impl Guard {
         Ok(())
     }
 
+    /// An upsert compares the stored values of its match properties (`mergeBy`; every
+    /// incoming property when it is empty), so each must be visible, as in a filter.
+    fn check_upsert<'a>(
+        &self,
+        label: &str,
+        options: Option<&crate::protocol::WriteOptions>,
+        incoming: impl Iterator<Item = &'a str>,
+    ) -> Result<()> {
+        let Some(o) = options.filter(|o| o.merge_by.is_some() || o.merge_strategy.is_some()) else {
+            return Ok(());
+        };
+        let labels = [label.to_string()];
+        match o.merge_by.as_deref().filter(|m| !m.is_empty()) {
+            Some(fields) => fields.iter().try_for_each(|f| self.check_prop(&labels, f)),
+            None => incoming
+                .into_iter()
+                .try_for_each(|f| self.check_prop(&labels, f)),
+        }
+    }
+
+    /// A bulk link's side: its label, its key property and its where tree are read.
+    fn check_side(&self, side: &crate::protocol::LinkSide, what: &str) -> Result<()> {
+        self.check_label(&side.label)?;
+        let labels = [side.label.clone()];
+        if let Some(k) = &side.property {
+            self.check_prop(&labels, k)?;
+        }
+        let f = crate::query::filter::parse(side.predicate.as_ref(), what)?;
+        self.check_filter(&f, &labels, &mut HashMap::new())
+    }
+
     /// Labels, properties and relationship types a where tree touches; `aliases` collects
     /// the labels its `$alias` names stand for.
     fn check_filter(
@@ -314,6 +345,10 @@ impl Guard {
             Operation::Mutate(Mutation::PutRecord(p)) => {
                 if let Some(l) = p.label.as_deref().filter(|l| !l.is_empty()) {
                     self.check_label(l)?;
+                    let incoming = p.properties.iter().flat_map(|m| m.keys());
+                    let typed = p.typed_properties.iter().flatten().map(|t| &t.name);
+                    let names = incoming.chain(typed).map(String::as_str);
+                    self.check_upsert(l, p.options.as_ref(), names)?;
                 }
                 self.check_ids(p.id.as_slice(), label_of)?;
                 Operation::Mutate(Mutation::PutRecord(p))
@@ -347,16 +382,16 @@ impl Guard {
                 Operation::Mutate(Mutation::UnlinkRecordsById(c))
             }
             Operation::Mutate(Mutation::LinkRecords(c)) => {
-                self.check_label(&c.command.source.label)?;
-                self.check_label(&c.command.target.label)?;
+                self.check_side(&c.command.source, "source.where")?;
+                self.check_side(&c.command.target, "target.where")?;
                 if let Some(t) = &c.command.relation_type {
                     self.check_type(crate::model::canonical_type(t))?;
                 }
                 Operation::Mutate(Mutation::LinkRecords(c))
             }
             Operation::Mutate(Mutation::UnlinkRecords(c)) => {
-                self.check_label(&c.command.source.label)?;
-                self.check_label(&c.command.target.label)?;
+                self.check_side(&c.command.source, "source.where")?;
+                self.check_side(&c.command.target, "target.where")?;
                 Operation::Mutate(Mutation::UnlinkRecords(c))
             }
             op @ Operation::Transaction(_) => op,
@@ -373,11 +408,25 @@ impl Guard {
                         )?;
                         for r in &plan.records {
                             self.check_label(&r.label)?;
+                            let names = r.props.keys().map(String::as_str);
+                            self.check_upsert(&r.label, d.options.as_ref(), names)?;
                         }
                     }
                     IngestOp::Csv(c) => {
                         if let Some(l) = &c.label {
                             self.check_label(l)?;
+                            // The columns are not known before the file is parsed: an upsert
+                            // on every column of a label with hidden properties is refused.
+                            let every = c.options.as_ref().is_some_and(|o| {
+                                (o.merge_by.is_some() || o.merge_strategy.is_some())
+                                    && o.merge_by.as_ref().is_none_or(|m| m.is_empty())
+                            });
+                            if every && self.p.visible_properties.contains_key(l) {
+                                return fail_closed(
+                                    "a CSV upsert without mergeBy on a label with hidden properties",
+                                );
+                            }
+                            self.check_upsert(l, c.options.as_ref(), std::iter::empty())?;
                         }
                     }
                 }
@@ -420,35 +469,11 @@ impl Guard {
                 }
             }
             Outcome::Rows { mut rows, total } => {
-                // Per-record rows carry the record: its properties are the keys listed in
-                // `__proptypes`; hidden ones go. Grouped rows hold only checked dimensions.
+                // Per-record rows carry the record, and `collect` outputs the records they
+                // gathered: hidden properties go from each. Grouped rows hold only checked
+                // dimensions.
                 for row in rows.iter_mut() {
-                    let Some(m) = row.as_object_mut() else {
-                        continue;
-                    };
-                    let Some(label) = m.get("__label").and_then(Value::as_str) else {
-                        continue;
-                    };
-                    self.check_label(label)?;
-                    let Some(visible) = self.p.visible_properties.get(label) else {
-                        continue;
-                    };
-                    let hidden: Vec<String> = m
-                        .get("__proptypes")
-                        .and_then(Value::as_object)
-                        .map(|t| {
-                            t.keys()
-                                .filter(|k| !visible.iter().any(|v| v == *k))
-                                .cloned()
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    for k in &hidden {
-                        m.remove(k);
-                        if let Some(Value::Object(t)) = m.get_mut("__proptypes") {
-                            t.remove(k);
-                        }
-                    }
+                    self.visible_json(row)?;
                 }
                 rows.truncate(cap(rows.len() as u64) as usize);
                 Outcome::Rows {
@@ -456,7 +481,52 @@ impl Guard {
                     total: cap(total),
                 }
             }
+            Outcome::Ingested {
+                count,
+                relationships,
+                records,
+            } => Outcome::Ingested {
+                count,
+                relationships,
+                records: records
+                    .map(|rs| rs.into_iter().map(|r| self.visible(r)).collect())
+                    .transpose()?,
+            },
             other => other,
         })
+    }
+
+    /// Removes hidden properties from a rendered record (an object with `__label`: its
+    /// properties are the keys its `__proptypes` lists) and from the records nested in it
+    /// (`collect` outputs); refuses one of a label the policy does not allow.
+    fn visible_json(&self, v: &mut Value) -> Result<()> {
+        match v {
+            Value::Array(items) => items.iter_mut().try_for_each(|x| self.visible_json(x)),
+            Value::Object(m) => {
+                if let Some(label) = m.get("__label").and_then(Value::as_str) {
+                    self.check_label(label)?;
+                    if let Some(visible) = self.p.visible_properties.get(label) {
+                        let hidden: Vec<String> = m
+                            .get("__proptypes")
+                            .and_then(Value::as_object)
+                            .map(|t| {
+                                t.keys()
+                                    .filter(|k| !visible.iter().any(|v| v == *k))
+                                    .cloned()
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        for k in &hidden {
+                            m.remove(k);
+                            if let Some(Value::Object(t)) = m.get_mut("__proptypes") {
+                                t.remove(k);
+                            }
+                        }
+                    }
+                }
+                m.values_mut().try_for_each(|x| self.visible_json(x))
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -126,3 +126,62 @@ def test_boundary_only_is_unrestricted(world):
     assert r.status_code == 200, r.text
     assert call(world["engine"], token, "POST", "/api/v1/records", {"label": "ANY", "data": {"s": 1}}, tenant=other).status_code == 201
     assert call(world["engine"], token, "POST", "/api/v1/labels/search", {}, tenant=other).json()["data"] == {"ANY": 1}
+
+
+def test_hidden_properties_leak_through_no_other_door(world):
+    """Hidden properties stay hidden in the records `collect` gathers (of an alias and of
+    `$record`) and in the records an upsert import returns; and matching on one (an upsert's
+    mergeBy, a bulk link's key or where) is refused like filtering on it."""
+    def no_ssn(v):
+        if isinstance(v, dict):
+            assert "ssn" not in v and "ssn" not in v.get("__proptypes", {}), v
+            for x in v.values():
+                no_ssn(x)
+        elif isinstance(v, list):
+            for x in v:
+                no_ssn(x)
+
+    for body in [
+        {"labels": ["COMPANY"], "where": {"PERSON": {"$relation": "WORKS_AT", "$alias": "$p"}},
+         "aggregate": {"s": {"fn": "collect", "alias": "$p"}}},
+        {"labels": ["COMPANY"], "where": {"PERSON": {"$relation": "WORKS_AT", "$alias": "$p"}},
+         "select": {"s": {"$collect": "$p"}}},
+        {"labels": ["PERSON"], "aggregate": {"c": {"fn": "collect", "alias": "$record"}}, "groupBy": ["$record.age"]},
+    ]:
+        r = cap(world, "POST", "/api/v1/records/search", body)
+        assert r.status_code == 200, r.text
+        rows = r.json()["data"]["data"]
+        assert rows and any(isinstance(v, list) and v for row in rows for v in row.values()), rows
+        no_ssn(rows)
+    for path, body in [
+        ("/api/v1/records/import/json", {"label": "PERSON", "data": [{"name": "p4", "g": "g1"}],
+                                         "options": {"mergeBy": ["name"], "returnResult": True}}),
+        ("/api/v1/records/import/csv", {"label": "PERSON", "data": "name,g\np4,g2",
+                                        "options": {"mergeBy": ["name"], "returnResult": True}}),
+    ]:
+        r = cap(world, "POST", path, body)
+        assert r.status_code in (200, 201), r.text
+        assert r.json()["data"], r.text
+        no_ssn(r.json()["data"])
+    r = protocol(world["engine"], world["token"], {"kind": "ingest", "ingest": {
+        "kind": "documents", "label": "PERSON", "documents": [{"name": "p4", "g": "g3"}],
+        "options": {"mergeBy": ["name"], "returnResult": True}}})
+    assert r.status_code == 200, r.text
+    no_ssn(r.json()["response"])
+    for path, body in [
+        ("/api/v1/records", {"label": "PERSON", "data": {"ssn": "ssn-3"}, "options": {"mergeBy": ["ssn"], "returnResult": True}}),
+        ("/api/v1/records", {"label": "PERSON", "data": {"ssn": "ssn-3"}, "options": {"mergeStrategy": "append"}}),
+        ("/api/v1/records/import/json", {"label": "PERSON", "data": [{"ssn": "ssn-3"}], "options": {"mergeBy": ["ssn"]}}),
+        ("/api/v1/records/import/csv", {"label": "PERSON", "data": "ssn\nssn-3", "options": {"mergeBy": ["ssn"]}}),
+        ("/api/v1/records/import/csv", {"label": "PERSON", "data": "name\np4", "options": {"mergeStrategy": "append"}}),
+        ("/api/v1/relationships/create-many", {"source": {"label": "COMPANY", "key": "name"},
+                                               "target": {"label": "PERSON", "key": "ssn"}, "type": "X"}),
+        ("/api/v1/relationships/delete-many", {"source": {"label": "COMPANY", "where": {"name": "acme"}},
+                                               "target": {"label": "PERSON", "where": {"ssn": "ssn-1"}},
+                                               "manyToMany": True}),
+    ]:
+        assert_rest_error(cap(world, "POST", path, body), 403, "unauthorized")
+    # nothing was written by the refused requests
+    r = call(world["engine"], DEV_TOKEN, "POST", "/api/v1/records/search",
+             {"labels": ["PERSON"], "where": {"ssn": "ssn-3"}}, tenant=T)
+    assert r.json()["data"]["total"] == 1

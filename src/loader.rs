@@ -82,6 +82,12 @@ fn csv_batches(text: &str, args: &ImportArgs) -> Result<Batches, String> {
         c if c.is_ascii() => c as u8,
         c => return Err(format!("--delimiter '{c}': must be an ASCII character")),
     };
+    if let Some(line) = crate::bulk::csv::unclosed_quote(text.as_bytes(), delimiter) {
+        return Err(format!(
+            "{}: malformed CSV at line {line}: a quoted field is not closed",
+            args.file.display()
+        ));
+    }
     let mut reader = csv::ReaderBuilder::new()
         .delimiter(delimiter)
         .flexible(true)

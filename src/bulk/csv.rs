@@ -232,10 +232,27 @@ fn skip_blank_lines(data: &[u8], mut at: usize) -> (usize, usize) {
     }
 }
 
+/// The line a quoted field starts on when it is still open at the end of `data` (a file
+/// read with `delimiter` and the default quote and escape): the CLI loader refuses such a
+/// file as the server refuses such a body, rather than sending the rest of the file as one
+/// value.
+pub fn unclosed_quote(data: &[u8], delimiter: u8) -> Option<usize> {
+    let cfg = ParseConfig {
+        delimiter,
+        ..ParseConfig::default()
+    };
+    open_quote(data, &cfg).map(|at| line_of(data, at))
+}
+
 /// Whether the text of the last record leaves a quoted field open (the reader would
 /// otherwise take the rest of the input as that field).
 fn ends_inside_quotes(tail: &[u8], cfg: &ParseConfig) -> bool {
-    let (mut quoted, mut field_start) = (false, true);
+    open_quote(tail, cfg).is_some()
+}
+
+/// Where the quoted field still open at the end of `tail` starts (its opening quote).
+fn open_quote(tail: &[u8], cfg: &ParseConfig) -> Option<usize> {
+    let (mut quoted, mut field_start, mut opened) = (false, true, 0);
     let mut i = 0;
     while i < tail.len() {
         let c = tail[i];
@@ -253,11 +270,12 @@ fn ends_inside_quotes(tail: &[u8], cfg: &ParseConfig) -> bool {
             }
         } else if field_start && c == cfg.quote {
             quoted = true;
+            opened = i;
         }
         field_start = !quoted && (c == cfg.delimiter || c == b'\n' || c == b'\r');
         i += 1;
     }
-    quoted
+    quoted.then_some(opened)
 }
 
 /// Rows as flat documents, in file order. `__`-prefixed columns (an export's system columns)

@@ -89,7 +89,12 @@ impl Flattener<'_> {
                     children.push((k, objs));
                 }
                 _ if self.opts.skip_empty_values && is_empty_value(v) => {}
-                Value::Null => {}
+                // "Unset" (BEHAVIOUR.md §1): nothing on a new record, removes the property
+                // from a record an upsert matches.
+                Value::Null => {
+                    check_property_name(k).map_err(|e| at(&kpath, e))?;
+                    props.insert(k.clone(), None);
+                }
                 _ => {
                     check_property_name(k).map_err(|e| at(&kpath, e))?;
                     let value = infer_value(k, v, self.opts.infer).map_err(|e| at(path, e))?;

@@ -292,6 +292,22 @@ def test_upsert_append_keeps_other_fields(module_api):
     assert len(records_of(module_api, label)) == 1
 
 
+def test_upsert_import_null_unsets_a_property(module_api):
+    """null means unset (BEHAVIOUR.md §1) in an import as in a create: an upsert that matches
+    removes the property, and a new record simply does not get it."""
+    label = unique("UPN")
+    import_json(module_api, {"label": label, "data": [{"k": 1, "v": 5, "w": 6}, {"k": 2, "v": None}]})
+    rids = {r["k"]: r["__id"] for r in records_of(module_api, label)}
+    assert props(module_api.record(rids[2])) == {"k": 2}
+    import_json(module_api, {"label": label, "data": [{"k": 1, "v": None}], "options": {"mergeBy": ["k"]}})
+    assert props(module_api.record(rids[1])) == {"k": 1, "w": 6}
+    r = module_api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": label,
+                                                          "documents": [{"k": 1, "w": None}], "options": {"mergeBy": ["k"]}}})
+    assert r.status_code == 200, r.text
+    assert props(module_api.record(rids[1])) == {"k": 1}
+    assert len(records_of(module_api, label)) == 2
+
+
 def test_upsert_rewrite_removes_unmentioned_fields(module_api):
     label = unique("UPR")
     rid = module_api.create(label, {"email": "a@x", "name": "A", "age": 30})
@@ -652,3 +668,11 @@ def test_cli_loader_reports_the_failing_batch(module_engine, module_api, tmp_pat
     unknown.write_text("x")
     bad_ext = loader(module_engine, "--label", label, str(unknown), "--url", module_engine.url)
     assert bad_ext.returncode == 2 and "--format" in bad_ext.stderr
+    # A quoted cell left open is refused whole, naming its line, as the server refuses it
+    # (the rows after it would otherwise become part of that cell).
+    open_quote = tmp_path / "open.csv"
+    open_quote.write_text('a,b\n1,x\n2,"oops\n3,""y\n4,z\n')
+    out = loader(module_engine, "--label", label + "Q", str(open_quote), "--url", module_engine.url,
+                 env_extra={"SERVICE_TOKEN": DEV_TOKEN})
+    assert out.returncode == 2 and "line 3: a quoted field is not closed" in out.stderr, out.stderr
+    assert (label + "Q") not in module_api.labels({})

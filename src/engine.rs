@@ -230,6 +230,21 @@ impl Engine {
         }
     }
 
+    /// [`Engine::authenticate`] for a request that names a tenant in a header: a capability
+    /// token bound to another tenant is a 401 on every route (SPEC.md "Errors"), before
+    /// anything else about the request is looked at.
+    pub fn authenticate_for(
+        &self,
+        credential: Option<&str>,
+        tenant_header: Option<&str>,
+    ) -> Result<Principal> {
+        let principal = self.authenticate(credential)?;
+        if let (true, Some(name)) = (self.multitenant(), tenant_header.filter(|h| !h.is_empty())) {
+            self.check_binding(&principal, &Tenant::Named(name.to_string()))?;
+        }
+        Ok(principal)
+    }
+
     /// A request whose body cannot be parsed needs `write` (SPEC.md "Permissions"): a
     /// principal without it gets 403, not a parse error.
     pub fn authorize_unparseable(&self, credential: Option<&str>) -> Result<()> {

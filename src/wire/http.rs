@@ -384,7 +384,10 @@ async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpRespons
     let meta = RequestMeta::from_headers(req.headers());
     let result = async {
         // The credential is checked before the body is read or parsed.
-        state.engine.authenticate(meta.credential.as_deref())?;
+        let tenant = meta.tenant.as_deref();
+        state
+            .engine
+            .authenticate_for(meta.credential.as_deref(), tenant)?;
         let body =
             parse_json(req.body(), &state.limits).map_err(|e| unparseable(state, &meta, e))?;
         if let Some(v) = body.get("protocolVersion") {

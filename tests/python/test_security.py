@@ -214,6 +214,16 @@ def test_capability_token_is_bound_to_its_tenant(multi):
         headers={"Authorization": f"Bearer {a}", "X-Service-Tenant": "alpha"})
     assert r.status_code == 200 and r.json()["response"]["total"] == 1
     assert_rest_error(call(multi, mint(claims("read", tenant="alpha")), "GET", "/metrics"), 403, "permission_denied")
+    # Naming another tenant is a 401 on every route, before anything else is looked at: a
+    # route without tenant data, a route not built yet, and an envelope whose scope is the
+    # token's own while its header is not.
+    assert_rest_error(call(multi, a, "GET", "/api/v1/sdk/settings", tenant="beta"), 401, "unauthenticated")
+    assert_rest_error(call(multi, a, "POST", "/api/v1/query/raw", {}, tenant="beta"), 401, "unauthenticated")
+    r = multi.client().session.post(multi.url + "/protocol/v1/execute", json={
+        "protocolVersion": 1, "context": {"scope": "alpha"},
+        "operation": {"kind": "query", "query": {"kind": "records", "query": {"labels": ["T"]}}}},
+        headers={"Authorization": f"Bearer {a}", "X-Service-Tenant": "beta"})
+    assert_protocol_error(r, 401, "unauthenticated")
 
 
 def test_cross_tenant_matrix(multi):

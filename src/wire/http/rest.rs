@@ -190,7 +190,11 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     let path = req.uri().path().trim_end_matches('/').to_string();
     let segs: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
     // The credential is checked before any body is read or parsed.
-    if let Err(e) = state.engine.authenticate(meta.credential.as_deref()) {
+    let tenant = meta.tenant.as_deref();
+    if let Err(e) = state
+        .engine
+        .authenticate_for(meta.credential.as_deref(), tenant)
+    {
         let template = if later_route(&method, &segs).is_some() {
             "/api/v1/later"
         } else {

@@ -32,8 +32,9 @@
 //!
 //! Values: an adjacency run is also kept with its values when a snapshot reads it with them
 //! (listing a record's relationships reads each relationship from its adjacency value). Runs
-//! with values hold at most half of a shard and never start one over (a run that does not fit
-//! is not remembered), so listings do not push out the key runs graph searches reread. An adjacency value changes only by a write of its key, so such a
+//! with values hold at most half of a shard and never start one over (when their half is
+//! full, the shard's runs with values are dropped, key runs stay), so listings do not push
+//! out the key runs graph searches reread. A run is not copied past its part of a shard. An adjacency value changes only by a write of its key, so such a
 //! run is valid exactly when its keys are. A run with values answers key-only reads too.
 //!
 //! Memory: the runs' keys (and values) are counted against a budget (`storage.key_memo_mb`), split evenly
@@ -143,12 +144,16 @@ struct RunBuilder {
     prefix_len: usize,
     values: bool,
     /// Every key had the prefix and a suffix of at most `u16::MAX` bytes, every value at most
-    /// `u32::MAX` bytes, and the prefix is shorter than `WITH_VALUES`.
+    /// `u32::MAX` bytes, the prefix is shorter than `WITH_VALUES`, and the run stayed within
+    /// `limit`.
     fits: bool,
+    /// The most bytes the run may take: past it nothing more is copied and `over` is set.
+    limit: usize,
+    over: bool,
 }
 
 impl RunBuilder {
-    fn new(seq: u64, last: u64, prefix: &[u8], values: bool) -> RunBuilder {
+    fn new(seq: u64, last: u64, prefix: &[u8], values: bool, limit: usize) -> RunBuilder {
         let mut buf = Vec::with_capacity(HEADER + prefix.len() + 64);
         buf.extend_from_slice(&seq.to_le_bytes());
         buf.extend_from_slice(&last.to_le_bytes());
@@ -161,10 +166,22 @@ impl RunBuilder {
             prefix_len: prefix.len(),
             values,
             fits,
+            limit,
+            over: false,
         }
     }
 
     fn push(&mut self, key: &[u8], value: &[u8]) {
+        if !self.fits {
+            return;
+        }
+        let value_len = if self.values { 4 + value.len() } else { 0 };
+        if self.buf.len() + 2 + key.len() - self.prefix_len.min(key.len()) + value_len > self.limit
+        {
+            self.fits = false;
+            self.over = true;
+            return;
+        }
         match key.strip_prefix(&self.buf[HEADER..HEADER + self.prefix_len]) {
             Some(suffix)
                 if self.fits
@@ -514,7 +531,15 @@ impl KeyMemo {
         };
         let last = if last <= seq { last } else { NOT_LAST };
         // Read it through the snapshot, keeping the keys while the caller reads them all.
-        let mut run = RunBuilder::new(m, last, start, values);
+        // A run past its shard's part of the budget (half of it for runs with values) is not
+        // copied further.
+        let shard_budget = self.budget / SHARDS;
+        let part = if values {
+            shard_budget / 2
+        } else {
+            shard_budget
+        };
+        let mut run = RunBuilder::new(m, last, start, values, part.saturating_sub(RUN_OVERHEAD));
         let mut whole = true;
         read(&mut |k, v| {
             let go = visit(k, v)?;
@@ -526,6 +551,8 @@ impl KeyMemo {
         })?;
         if whole && run.fits {
             self.remember(h, run.finish(reverse));
+        } else if whole && run.over && !values {
+            self.mark_oversized(h);
         }
         Ok(())
     }
@@ -561,6 +588,9 @@ impl KeyMemo {
     fn remember(&self, h: u64, run: Run) {
         let cost = run.cost();
         let budget = self.budget / SHARDS;
+        if !run.has_values() && cost > budget {
+            return self.mark_oversized(h);
+        }
         let mut runs = self
             .shard(h)
             .runs
@@ -569,22 +599,32 @@ impl KeyMemo {
         if run.has_values() {
             // Runs with values take at most half a shard and never start it over: listing
             // many records' relationships does not push out the key runs searches reread.
-            let old = runs.map.get(&h).map_or((0, 0), |o| {
-                (o.cost(), if o.has_values() { o.cost() } else { 0 })
-            });
-            if runs.value_bytes - old.1 + cost > budget / 2 || runs.bytes - old.0 + cost > budget {
+            // When their half is full, the shard's runs with values (only) are dropped.
+            if cost > budget / 2 {
                 return;
             }
-        } else if cost > budget {
-            // Never held: callers that would split its reads over threads do so again
-            // (`holds_or_fits`).
-            if runs.oversized.len() >= OVERSIZED_MAX {
-                runs.oversized.clear();
+            let old_values = runs
+                .map
+                .get(&h)
+                .filter(|o| o.has_values())
+                .map_or(0, Run::cost);
+            if runs.value_bytes - old_values + cost > budget / 2 {
+                let mut freed = 0;
+                runs.map.retain(|_, r| {
+                    freed += if r.has_values() { r.cost() } else { 0 };
+                    !r.has_values()
+                });
+                runs.bytes -= freed;
+                runs.value_bytes = 0;
             }
-            runs.oversized.insert(h);
-            return;
+            let old = runs.map.get(&h).map_or(0, Run::cost);
+            if runs.bytes - old + cost > budget {
+                return;
+            }
         }
-        if runs.bytes + cost > budget {
+        // The run it replaces leaves the shard either way.
+        let old = runs.map.get(&h).map_or(0, Run::cost);
+        if runs.bytes - old + cost > budget {
             runs.map.clear();
             runs.bytes = 0;
             runs.value_bytes = 0;
@@ -598,6 +638,20 @@ impl KeyMemo {
         }
         runs.bytes += cost;
         runs.value_bytes += values;
+    }
+
+    /// Remembers that the key run of prefix hash `h` is larger than its shard's part:
+    /// callers that would split its reads over threads do so again (`holds_or_fits`).
+    fn mark_oversized(&self, h: u64) {
+        let mut runs = self
+            .shard(h)
+            .runs
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if runs.oversized.len() >= OVERSIZED_MAX {
+            runs.oversized.clear();
+        }
+        runs.oversized.insert(h);
     }
 
     fn shard(&self, h: u64) -> &Shard {

@@ -181,20 +181,24 @@ impl Guard {
     }
 
     /// An upsert compares the stored values of its match properties (`mergeBy`; every
-    /// incoming property when it is empty), so each must be visible, as in a filter.
+    /// incoming property with a value when it is empty), so each must be visible, as in a
+    /// filter. `incoming`: the names of the incoming properties that have a value.
     fn check_upsert<'a>(
         &self,
         label: &str,
-        options: Option<&crate::protocol::WriteOptions>,
+        upsert: Option<&super::ingest::Upsert>,
         incoming: impl Iterator<Item = &'a str>,
     ) -> Result<()> {
-        let Some(o) = options.filter(|o| o.merge_by.is_some() || o.merge_strategy.is_some()) else {
+        let Some(u) = upsert else {
             return Ok(());
         };
         let labels = [label.to_string()];
-        match o.merge_by.as_deref().filter(|m| !m.is_empty()) {
-            Some(fields) => fields.iter().try_for_each(|f| self.check_prop(&labels, f)),
-            None => incoming
+        match u.match_on.is_empty() {
+            false => u
+                .match_on
+                .iter()
+                .try_for_each(|f| self.check_prop(&labels, f)),
+            true => incoming
                 .into_iter()
                 .try_for_each(|f| self.check_prop(&labels, f)),
         }
@@ -345,10 +349,14 @@ impl Guard {
             Operation::Mutate(Mutation::PutRecord(p)) => {
                 if let Some(l) = p.label.as_deref().filter(|l| !l.is_empty()) {
                     self.check_label(l)?;
-                    let incoming = p.properties.iter().flat_map(|m| m.keys());
-                    let typed = p.typed_properties.iter().flatten().map(|t| &t.name);
-                    let names = incoming.chain(typed).map(String::as_str);
-                    self.check_upsert(l, p.options.as_ref(), names)?;
+                    // Only a create is an upsert (edits ignore mergeBy).
+                    if p.mode == crate::protocol::PutMode::Create {
+                        let upsert = super::ingest::Options::parse(p.options.as_ref())?.upsert;
+                        let valued = p.properties.iter().flatten().filter(|(_, v)| !v.is_null());
+                        let typed = p.typed_properties.iter().flatten().map(|t| &t.name);
+                        let names = valued.map(|(k, _)| k).chain(typed).map(String::as_str);
+                        self.check_upsert(l, upsert.as_ref(), names)?;
+                    }
                 }
                 self.check_ids(p.id.as_slice(), label_of)?;
                 Operation::Mutate(Mutation::PutRecord(p))
@@ -408,8 +416,9 @@ impl Guard {
                         )?;
                         for r in &plan.records {
                             self.check_label(&r.label)?;
-                            let names = r.props.keys().map(String::as_str);
-                            self.check_upsert(&r.label, d.options.as_ref(), names)?;
+                            let valued = r.props.iter().filter(|(_, v)| v.is_some());
+                            let names = valued.map(|(k, _)| k.as_str());
+                            self.check_upsert(&r.label, o.upsert.as_ref(), names)?;
                         }
                     }
                     IngestOp::Csv(c) => {
@@ -417,16 +426,14 @@ impl Guard {
                             self.check_label(l)?;
                             // The columns are not known before the file is parsed: an upsert
                             // on every column of a label with hidden properties is refused.
-                            let every = c.options.as_ref().is_some_and(|o| {
-                                (o.merge_by.is_some() || o.merge_strategy.is_some())
-                                    && o.merge_by.as_ref().is_none_or(|m| m.is_empty())
-                            });
+                            let upsert = super::ingest::Options::parse(c.options.as_ref())?.upsert;
+                            let every = upsert.as_ref().is_some_and(|u| u.match_on.is_empty());
                             if every && self.p.visible_properties.contains_key(l) {
                                 return fail_closed(
                                     "a CSV upsert without mergeBy on a label with hidden properties",
                                 );
                             }
-                            self.check_upsert(l, c.options.as_ref(), std::iter::empty())?;
+                            self.check_upsert(l, upsert.as_ref(), std::iter::empty())?;
                         }
                     }
                 }
@@ -498,10 +505,18 @@ impl Guard {
 
     /// Removes hidden properties from a rendered record (an object with `__label`: its
     /// properties are the keys its `__proptypes` lists) and from the records nested in it
-    /// (`collect` outputs); refuses one of a label the policy does not allow.
+    /// (`collect` outputs, at most maxResults of them each); refuses one of a label the
+    /// policy does not allow.
     fn visible_json(&self, v: &mut Value) -> Result<()> {
         match v {
-            Value::Array(items) => items.iter_mut().try_for_each(|x| self.visible_json(x)),
+            Value::Array(items) => {
+                // Records a `collect` gathered count against maxResults as rows do.
+                let records = items.iter().any(|x| x.get("__label").is_some());
+                if let (true, Some(max)) = (records, self.p.max_results) {
+                    items.truncate(usize::try_from(max).unwrap_or(usize::MAX));
+                }
+                items.iter_mut().try_for_each(|x| self.visible_json(x))
+            }
             Value::Object(m) => {
                 if let Some(label) = m.get("__label").and_then(Value::as_str) {
                     self.check_label(label)?;

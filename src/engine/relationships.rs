@@ -194,7 +194,8 @@ impl Engine {
             .collect::<Result<Vec<_>>>()?;
         let dir = direction(c.direction.as_deref(), "direction")?;
         if self.store.tenant_id(&tenant).is_none() && matches!(sink, Sink::Store) {
-            return Ok(Outcome::Affected(0));
+            // A tenant that has never written holds none of the records named.
+            return Err(Error::not_found(format!("record {} not found", sources[0])));
         }
         let ops = sources
             .into_iter()
@@ -206,6 +207,7 @@ impl Engine {
                         dir,
                         types: types.clone(),
                     },
+                    named: true,
                 })
             })
             .collect();
@@ -260,6 +262,7 @@ impl Engine {
                         node,
                         others,
                         filter: filter.clone(),
+                        named: false,
                     })
                 })
                 .collect()

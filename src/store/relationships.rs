@@ -408,6 +408,9 @@ pub struct UnlinkRel {
     pub node: Uuid,
     pub others: Vec<Uuid>,
     pub filter: EdgeFilter,
+    /// Every record named must exist (not found otherwise): a request by ids. Bulk unlinks,
+    /// built from a snapshot, pass over records deleted since.
+    pub named: bool,
 }
 
 impl<R: KvRead> RecordWriter<'_, '_, R> {
@@ -505,7 +508,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                 .contains(&(l.source, l.rel_type.clone(), l.target)))
     }
 
-    /// Creates (or, when unique and present, re-props) one relationship. Returns 1.
+    /// Creates (or, when unique and present, re-props) one relationship. Returns the number
+    /// created: 1, or 0 when it was there already.
     pub(super) fn link(&mut self, l: LinkRel) -> Result<u64> {
         let (sl, tl) = match &l.seen {
             Some(s) if self.seq == s.as_of + 1 => (s.source.to_string(), s.target.to_string()),
@@ -536,7 +540,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                 rel.props = l.props;
                 rel.version = self.seq;
                 self.put_relationship(&rel, (&sl, &tl), false)?;
-                return Ok(1);
+                return Ok(0);
             }
         }
         let rel = Relationship {
@@ -555,11 +559,13 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
     }
 
     /// Removes the relationships between `node` and each of `others` that the filter admits.
-    /// Every record named must exist (not found otherwise, as for a link).
+    /// With `named`, every record named must exist (not found otherwise, as for a link).
     pub(super) fn unlink(&mut self, u: UnlinkRel) -> Result<u64> {
         let others: HashSet<Uuid> = u.others.into_iter().collect();
-        for id in std::iter::once(&u.node).chain(&others) {
-            self.label_of(id)?;
+        if u.named {
+            for id in std::iter::once(&u.node).chain(&others) {
+                self.label_of(id)?;
+            }
         }
         let mut ids = Vec::new();
         edges(&*self.ov, self.tenant, &u.node, &u.filter, &mut |e| {

@@ -419,6 +419,11 @@ def test_edit_fields_sent_as_null_are_absent(module_api):
     assert rec["label"] == new and rec["a"] == 1
     r = module_api.post("/api/v1/records", {"label": old, "data": None})
     assert r.status_code == 201, r.text
+    # A null `data` beside flat keys: the body is the flat form.
+    r = module_api.patch(f"/api/v1/records/{rid}", {"data": None, "b": 2})
+    assert r.status_code == 201, r.text
+    rec = module_api.record(rid)
+    assert {k: v for k, v in rec.items() if k not in SYSTEM_KEYS} == {"a": 1, "b": 2}
 
 
 def test_patch_flat_body(module_api):

@@ -147,6 +147,13 @@ fn edit_op(id: &str, mode: PutMode, body: Value) -> Result<Operation> {
     let Value::Object(mut m) = body else {
         return Err(Error::invalid("body must be a JSON object"));
     };
+    // `data` or `properties` sent as null is absent (as in a create body), also for deciding
+    // whether the body is the flat form.
+    for k in ["data", "properties"] {
+        if m.get(k).is_some_and(Value::is_null) {
+            m.remove(k);
+        }
+    }
     let flat = !m.contains_key("data") && !m.contains_key("properties");
     let label = match m.remove("label") {
         None | Some(Value::Null) => None,

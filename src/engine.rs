@@ -341,6 +341,7 @@ impl Engine {
             return Ok(Outcome::BuildInfo(self.build_info()));
         }
         let (principal, tenant) = self.admit(&env)?;
+        let transport = env.transport;
         // A Protocol v1 `stage` is the staged operation run inside its transaction.
         let (mut op, mut tx, mut staged_get) = (env.operation, env.transaction, None);
         if let Operation::Transaction(TransactionOp::Stage(s)) = op {
@@ -358,7 +359,7 @@ impl Engine {
         }
         let out = match &tx {
             Some(tx) => self.in_transaction(tenant, tx, op).await?,
-            None => self.dispatch(tenant, op).await?,
+            None => self.dispatch(tenant, op, transport).await?,
         };
         let out = match &guard {
             Some(g) => g.filter(out)?,
@@ -421,20 +422,17 @@ impl Engine {
         }
         doc.offset = None;
         doc.limit = None;
-        let mut q = crate::query::lower(&doc, false)?;
-        q.spec.offset = offset as usize;
-        q.spec.limit = limit.map(|l| l as usize);
+        let q = crate::query::lower(&doc, false)?;
+        self.require_anchor(&tenant, &q)?;
+        let mut spec = q.spec;
+        spec.offset = offset as usize;
+        spec.limit = limit.map(|l| l as usize);
         let Some(t) = self.store.tenant_id(&tenant) else {
-            return match q.anchor {
-                Some(id) => Err(Error::not_found(format!("record {id} not found"))),
-                None => Ok((vec![], 0)),
-            };
+            return Ok((vec![], 0));
         };
         let store = self.store.clone();
         let out = tokio::task::spawn_blocking(move || {
-            let snap = store.snapshot()?;
-            q.check_anchor(&snap, t)?;
-            crate::query::exec::search(&snap, t, &q.spec)
+            crate::query::exec::search(&store.snapshot()?, t, &spec)
         })
         .await
         .map_err(|e| Error::internal(format!("stream query task failed: {e}")))??;
@@ -486,11 +484,16 @@ impl Engine {
     }
 
     /// Runs an operation outside any transaction.
-    async fn dispatch(&self, tenant: Tenant, op: Operation) -> Result<Outcome> {
+    async fn dispatch(
+        &self,
+        tenant: Tenant,
+        op: Operation,
+        transport: Transport,
+    ) -> Result<Outcome> {
         let sink = &mut Sink::Store;
         match op {
             Operation::Policy(p) => self.policy(tenant, p).await,
-            Operation::Transaction(op) => self.transaction(tenant, op).await,
+            Operation::Transaction(op) => self.transaction(tenant, op, transport).await,
             Operation::Query(QueryOp::Record(q)) => self.get_record(&tenant, &q.id),
             Operation::Query(QueryOp::Records(q)) => self.find_records(&tenant, &q.query).await,
             Operation::Query(QueryOp::PropertyValues(p)) => {

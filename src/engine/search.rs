@@ -38,17 +38,23 @@ const INLINE_READS: u32 = 256;
 const DELETE_CHUNK: usize = 50_000;
 
 impl Engine {
+    /// A search related to a record (`relatedTo`) needs that record: not found otherwise.
+    pub(super) fn require_anchor(&self, tenant: &Tenant, q: &query::Query) -> Result<()> {
+        let Some(id) = q.anchor else {
+            return Ok(());
+        };
+        let not_found = || Error::not_found(format!("record {id} not found"));
+        let t = self.store.tenant_id(tenant).ok_or_else(not_found)?;
+        q.check_anchor(&self.store.snapshot()?, t)
+    }
+
     pub(super) async fn find_records(
         &self,
         tenant: &Tenant,
         doc: &QueryDocument,
     ) -> Result<Outcome> {
         let q = query::lower(doc, true)?;
-        if let Some(id) = q.anchor {
-            let not_found = || Error::not_found(format!("record {id} not found"));
-            let t = self.store.tenant_id(tenant).ok_or_else(not_found)?;
-            q.check_anchor(&self.store.snapshot()?, t)?;
-        }
+        self.require_anchor(tenant, &q)?;
         let Some(agg) = q.aggregation else {
             let out = self.run_search(tenant, q.spec).await?;
             return Ok(Outcome::Records {

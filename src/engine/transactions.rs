@@ -37,6 +37,10 @@ pub const DEFAULT_TTL_MS: u64 = 5_000;
 pub const MAX_TTL_MS: u64 = 30_000;
 /// How long an expired transaction's id answers `transaction_expired`.
 pub const EXPIRED_MEMORY: Duration = Duration::from_secs(600);
+/// Transactions ended by commit or rollback whose outcome a Protocol v1 `commit` sent again
+/// still answers (a retry after a lost answer), newest kept; each for at most
+/// [`EXPIRED_MEMORY`].
+pub const ENDED_MEMORY: usize = 65_536;
 /// Most write ops one transaction may stage (each read replays them all).
 pub const MAX_STAGED_OPS: usize = 100_000;
 
@@ -58,14 +62,23 @@ type Handle = Arc<tokio::sync::Mutex<Open>>;
 #[derive(Default)]
 pub struct Transactions {
     open: Mutex<HashMap<Uuid, Handle>>,
-    /// Ids of transactions that expired, with when and how they ended.
-    expired: Mutex<HashMap<Uuid, (Instant, Expiry)>>,
+    /// Ids of transactions that expired, with their tenant, when and how they ended.
+    expired: Mutex<HashMap<Uuid, (Tenant, Instant, Expiry)>>,
     /// The leases of open transactions, earliest deadline first.
     leases: Mutex<BTreeSet<(Instant, Uuid)>>,
     /// Wakes the keeper when a lease earlier than every other one is taken.
     earlier_lease: tokio::sync::Notify,
     /// The lease keeper's task (`keep_leases`), once started.
     keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// How transactions ended by commit or rollback ended, oldest first (bounded).
+    ended: Mutex<Ended>,
+}
+
+/// Outcomes of ended transactions, by id, with their tenant and when they ended.
+#[derive(Default)]
+struct Ended {
+    by_id: HashMap<Uuid, (Tenant, Instant, TxOutcome)>,
+    order: std::collections::VecDeque<Uuid>,
 }
 
 /// How a transaction whose ttl elapsed ended.
@@ -117,7 +130,9 @@ fn expired(id: &Uuid, how: &Expiry) -> Error {
 }
 
 impl Transactions {
-    fn lookup(&self, id: &Uuid) -> Result<Handle> {
+    /// The open transaction `id`; else the error its id answers for `tenant` (expired only
+    /// to its own tenant: another one is told nothing of it).
+    fn lookup(&self, id: &Uuid, tenant: &Tenant) -> Result<Handle> {
         let open = self.open.lock().map_err(|_| Error::internal("tx lock"))?;
         if let Some(h) = open.get(id) {
             return Ok(h.clone());
@@ -127,19 +142,20 @@ impl Transactions {
             .expired
             .lock()
             .map_err(|_| Error::internal("tx lock"))?;
-        exp.retain(|_, (at, _)| at.elapsed() < EXPIRED_MEMORY);
+        exp.retain(|_, (_, at, _)| at.elapsed() < EXPIRED_MEMORY);
         Err(match exp.get(id) {
-            Some((_, how)) => expired(id, how),
-            None => not_found(id),
+            Some((t, _, how)) if t == tenant => expired(id, how),
+            _ => not_found(id),
         })
     }
 
-    /// How the transaction `id` ended, when it expired less than [`EXPIRED_MEMORY`] ago.
-    fn expiry(&self, id: &Uuid) -> Option<Expiry> {
+    /// How the transaction `id` of `tenant` ended, when it expired less than
+    /// [`EXPIRED_MEMORY`] ago.
+    fn expiry(&self, id: &Uuid, tenant: &Tenant) -> Option<Expiry> {
         let exp = self.expired.lock().ok()?;
         exp.get(id)
-            .filter(|(at, _)| at.elapsed() < EXPIRED_MEMORY)
-            .map(|(_, how)| how.clone())
+            .filter(|(t, at, _)| t == tenant && at.elapsed() < EXPIRED_MEMORY)
+            .map(|(_, _, how)| how.clone())
     }
 
     /// The lease set; a panic elsewhere while it was held does not stop expiry.
@@ -190,10 +206,33 @@ impl Transactions {
         self.open.lock().ok()?.get(id).cloned()
     }
 
-    fn mark_expired(&self, id: Uuid, how: Expiry) {
+    /// Remembers how a transaction ended by commit or rollback.
+    fn record_end(&self, tenant: &Tenant, o: &TxOutcome) {
+        let mut e = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        while e.order.len() >= ENDED_MEMORY {
+            if let Some(old) = e.order.pop_front() {
+                e.by_id.remove(&old);
+            }
+        }
+        e.order.push_back(o.id);
+        e.by_id
+            .insert(o.id, (tenant.clone(), Instant::now(), o.clone()));
+    }
+
+    /// How the transaction `id` of `tenant` ended, when it ended by commit or rollback not
+    /// long ago.
+    fn ended_outcome(&self, tenant: &Tenant, id: &Uuid) -> Option<TxOutcome> {
+        let e = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        e.by_id
+            .get(id)
+            .filter(|(t, at, _)| t == tenant && at.elapsed() < EXPIRED_MEMORY)
+            .map(|(_, _, o)| o.clone())
+    }
+
+    fn mark_expired(&self, id: Uuid, tenant: &Tenant, how: Expiry) {
         if let Ok(mut exp) = self.expired.lock() {
-            exp.retain(|_, (at, _)| at.elapsed() < EXPIRED_MEMORY);
-            exp.insert(id, (Instant::now(), how));
+            exp.retain(|_, (_, at, _)| at.elapsed() < EXPIRED_MEMORY);
+            exp.insert(id, (tenant.clone(), Instant::now(), how));
         }
     }
 }
@@ -255,7 +294,7 @@ async fn expire(h: Handle, store: Arc<store::Store>, txs: Arc<Transactions>) {
     };
     // Remembered before the id leaves the open set (a request in between finds one or the
     // other; one that waited for this lock looks the id up again and finds this).
-    txs.mark_expired(g.id, how);
+    txs.mark_expired(g.id, &g.tenant, how);
     txs.remove(&g.id, g.deadline);
 }
 
@@ -280,12 +319,12 @@ impl Engine {
         id: &str,
     ) -> Result<tokio::sync::OwnedMutexGuard<Open>> {
         let id = parse_id(id)?;
-        let h = self.transactions.lookup(&id)?;
+        let h = self.transactions.lookup(&id, tenant)?;
         let g = h.lock_owned().await;
         if g.ended {
             return Err(self
                 .transactions
-                .lookup(&id)
+                .lookup(&id, tenant)
                 .err()
                 .unwrap_or_else(|| not_found(&id)));
         }
@@ -347,9 +386,8 @@ impl Engine {
     pub(super) async fn commit(&self, tenant: &Tenant, id: &str) -> Result<TxOutcome> {
         let mut g = self.locked(tenant, id).await?;
         g.ended = true;
-        self.transactions.remove(&g.id, g.deadline);
         let ops = commit_ops(&mut g);
-        Ok(match self.store.write(g.tenant.clone(), ops).await {
+        let outcome = match self.store.write(g.tenant.clone(), ops).await {
             Ok(_) => TxOutcome {
                 id: g.id,
                 status: "committed",
@@ -362,28 +400,47 @@ impl Engine {
                 retryable: e.code == ErrorCode::Conflict,
                 reason: Some(e.message),
             },
-        })
+        };
+        // Remembered before the id leaves the open set (as an expiry is).
+        self.transactions.record_end(&g.tenant, &outcome);
+        self.transactions.remove(&g.id, g.deadline);
+        Ok(outcome)
     }
 
     pub(super) async fn rollback(&self, tenant: &Tenant, id: &str) -> Result<Uuid> {
         let mut g = self.locked(tenant, id).await?;
         g.ended = true;
         g.ops.clear();
+        let outcome = TxOutcome {
+            id: g.id,
+            status: "aborted",
+            retryable: false,
+            reason: Some(format!("transaction {} was rolled back", g.id)),
+        };
+        self.transactions.record_end(&g.tenant, &outcome);
         self.transactions.remove(&g.id, g.deadline);
         Ok(g.id)
     }
 
     /// Protocol v1 `transaction`.
-    pub(super) async fn transaction(&self, tenant: Tenant, op: TransactionOp) -> Result<Outcome> {
+    /// `transport`: REST answers an ended transaction's id with its error (404
+    /// `transaction_expired` or `not_found`); Protocol v1 (and gRPC) commit always answers
+    /// with the outcome (BEHAVIOUR.md §5).
+    pub(super) async fn transaction(
+        &self,
+        tenant: Tenant,
+        op: TransactionOp,
+        transport: super::Transport,
+    ) -> Result<Outcome> {
+        let outcome_always = transport != super::Transport::Rest;
         match op {
             TransactionOp::Begin(b) => self.begin(tenant, b).await,
             TransactionOp::Commit(r) => match self.commit(&tenant, &r.transaction_id).await {
                 Ok(o) => Ok(Outcome::TransactionOutcome(o)),
-                // Protocol commit always answers with the outcome (BEHAVIOUR.md §5); an
-                // autocommit at expiry decided it already.
-                Err(e) if e.code == ErrorCode::TransactionExpired => {
+                // An autocommit at expiry decided the outcome already.
+                Err(e) if outcome_always && e.code == ErrorCode::TransactionExpired => {
                     let id = parse_id(&r.transaction_id)?;
-                    let (status, retryable, reason) = match self.transactions.expiry(&id) {
+                    let (status, retryable, reason) = match self.transactions.expiry(&id, &tenant) {
                         Some(Expiry::Committed) => ("committed", false, None),
                         Some(Expiry::Refused { retryable, .. }) => {
                             ("aborted", retryable, Some(e.message))
@@ -396,6 +453,15 @@ impl Engine {
                         retryable,
                         reason,
                     }))
+                }
+                // A commit sent again after the transaction ended (a retry after a lost
+                // answer): how it ended.
+                Err(e) if outcome_always && e.code == ErrorCode::NotFound => {
+                    let id = parse_id(&r.transaction_id)?;
+                    match self.transactions.ended_outcome(&tenant, &id) {
+                        Some(o) => Ok(Outcome::TransactionOutcome(o)),
+                        None => Err(e),
+                    }
                 }
                 Err(e) => Err(e),
             },
@@ -450,10 +516,15 @@ impl Engine {
             }
             Operation::Query(QueryOp::Records(q)) => {
                 let q = crate::query::lower(&q.query, true)?;
-                let out = self.staged_read(open, |kv, t| {
-                    q.check_anchor(kv, t)?;
-                    crate::query::exec::search(kv, t, &q.spec)
+                let (out, anchor) = self.staged_read(open, |kv, t| {
+                    let noting = NotingReads::new(kv, t);
+                    q.check_anchor(&noting, t)?;
+                    Ok((
+                        crate::query::exec::search(kv, t, &q.spec)?,
+                        noting.read.into_inner(),
+                    ))
                 })?;
+                note_versions(open, anchor);
                 remember(open, &out.records);
                 Ok(Outcome::Records {
                     records: out.records,
@@ -469,11 +540,7 @@ impl Engine {
                     let out = spec.run(&noting, t, None)?;
                     Ok((out, noting.read.into_inner()))
                 })?;
-                for (id, version) in read {
-                    if version != STAGED_VERSION {
-                        open.seen.entry(id).or_insert(version);
-                    }
-                }
+                note_versions(open, read);
                 Ok(Outcome::Relationships {
                     relationships,
                     total,
@@ -601,7 +668,6 @@ fn creates_of_new_ids<'a>(staged: &[WriteOp], new: &'a [WriteOp]) -> Option<Vec<
         .collect()
 }
 
-/// Remembers the committed versions of records a read returned.
 /// A view that notes the id and version of every record of `tenant` read from it by key.
 struct NotingReads<'a, R> {
     inner: &'a R,
@@ -638,10 +704,17 @@ impl<R: store::kv::KvRead> store::kv::KvRead for NotingReads<'_, R> {
     }
 }
 
+/// Remembers the committed versions of records a read returned.
 fn remember(open: &mut Open, records: &[Record]) {
-    for r in records {
-        if r.version != STAGED_VERSION {
-            open.seen.entry(r.id).or_insert(r.version);
+    note_versions(open, records.iter().map(|r| (r.id, r.version)));
+}
+
+/// Remembers committed versions (not those of records the transaction staged) of records
+/// read, the first seen of each.
+fn note_versions(open: &mut Open, read: impl IntoIterator<Item = (Uuid, u64)>) {
+    for (id, version) in read {
+        if version != STAGED_VERSION {
+            open.seen.entry(id).or_insert(version);
         }
     }
 }

@@ -366,3 +366,24 @@ def test_purge_tenant(multi, single):
         "protocolVersion": 1, "operation": {"kind": "purgeTenant", "purgeTenant": {"confirm": "x"}}},
         headers={"Authorization": f"Bearer {DEV_TOKEN}"})
     assert_protocol_error(r, 400, "invalid_argument")
+
+
+def test_ended_transactions_say_nothing_to_another_tenant(multi):
+    """How a transaction ended (committed, or expired) is told to its own tenant only: to
+    another tenant its id is unknown."""
+    def tx(tenant, body):
+        return multi.client().session.post(multi.url + "/protocol/v1/execute", json={
+            "protocolVersion": 1, "context": {"scope": tenant}, "operation": {"kind": "transaction", "transaction": body}},
+            headers={"Authorization": f"Bearer {DEV_TOKEN}", "X-Service-Tenant": tenant}, timeout=30)
+
+    done = tx("own", {"kind": "begin", "ttlMs": 20000}).json()["response"]["transactionId"]
+    assert tx("own", {"kind": "commit", "transactionId": done}).json()["response"]["status"] == "committed"
+    short = tx("own", {"kind": "begin", "ttlMs": 200}).json()["response"]["transactionId"]
+    import time
+    time.sleep(0.8)
+    for t in (done, short):
+        assert_protocol_error(tx("other", {"kind": "commit", "transactionId": t}), 404, "not_found")
+        assert_rest_error(call(multi, DEV_TOKEN, "GET", f"/api/v1/tx/{t}", tenant="other"), 404, "not_found")
+    assert tx("own", {"kind": "commit", "transactionId": done}).json()["response"]["status"] == "committed"
+    assert tx("own", {"kind": "commit", "transactionId": short}).json()["response"]["status"] == "expired"
+    assert_rest_error(call(multi, DEV_TOKEN, "GET", f"/api/v1/tx/{short}", tenant="own"), 404, "transaction_expired")

@@ -555,3 +555,39 @@ def test_a_staged_relationship_keeps_its_id_through_reads_and_commit(module_api)
     assert rel_ids() == []
     assert commit(api, tx).status_code == 200
     assert rel_ids() == seen[0]
+
+
+def test_protocol_commit_sent_again_answers_how_the_transaction_ended(module_api):
+    """Protocol v1 commit always answers with the outcome (PROTOCOL.md): sent again after the
+    transaction ended (a retry after a lost answer) it tells committed from aborted. REST
+    answers the ended id with 404 as before; another tenant or an unknown id learns nothing."""
+    label = unique("TXE")
+    rid = module_api.create(label, {"n": 0})
+
+    def begin_p():
+        return tx_op(module_api, {"kind": "begin", "ttlMs": 20000}).json()["response"]["transactionId"]
+
+    def commit_p(tx):
+        r = tx_op(module_api, {"kind": "commit", "transactionId": tx})
+        assert r.status_code == 200, r.text
+        return r.json()["response"]
+
+    done = begin_p()
+    assert commit_p(done)["status"] == "committed"
+    again = commit_p(done)
+    assert (again["status"], again["retryable"], again["transactionId"]) == ("committed", False, done)
+    assert_rest_error(commit(module_api, done), 404, "not_found")
+    lost = begin_p()
+    tx_op(module_api, {"kind": "stage", "transactionId": lost, "mutation": {
+        "kind": "updateRecord", "record": {"id": rid}, "properties": {"n": 1}}})
+    assert module_api.patch(f"/api/v1/records/{rid}", {"data": {"n": 2}}).status_code == 201
+    first = commit_p(lost)
+    assert (first["status"], first["retryable"]) == ("aborted", True)
+    assert commit_p(lost) == first
+    gone = begin_p()
+    assert tx_op(module_api, {"kind": "rollback", "transactionId": gone}).status_code == 200
+    out = commit_p(gone)
+    assert (out["status"], out["retryable"]) == ("aborted", False) and "rolled back" in out["reason"]
+    never = "019a0000-0000-7000-8000-00000000abcd"
+    assert_protocol_error(tx_op(module_api, {"kind": "commit", "transactionId": never}), 404, "not_found")
+    assert module_api.record(rid)["n"] == 2

@@ -614,3 +614,26 @@ def test_a_listing_follows_every_write_to_the_relationships_it_shows(api):
     assert api.put(f"/api/v1/records/{hub}/relationships", {"targetIds": a}).status_code == 200
     assert api.delete(f"/api/v1/records/{b}").status_code == 200
     assert view() == {(c, "Spoke", None)}
+
+
+def test_counts_are_of_relationships_created(api):
+    """`affected` / `count` report relationships created (BEHAVIOUR.md §3): linking a
+    (source, target, type) that exists already updates its properties and counts 0."""
+    la, lb = unique("CA"), unique("CB")
+    a = [api.create(la, {"k": i}) for i in range(3)]
+    b = [api.create(lb, {"k": i}) for i in range(3)]
+
+    def link_by_id(props):
+        r = api.protocol({"kind": "mutate", "mutation": {"kind": "linkRecordsById", "command": {
+            "relationType": "C", "sourceIds": [a[0]], "targetIds": [b[0]], "properties": props}}})
+        assert r.status_code == 200, r.text
+        return r.json()["response"]["affected"]
+
+    assert link_by_id({"w": 1}) == 1
+    assert link_by_id({"w": 2}) == 0
+    assert [x["properties"] for x in rels_of(api, a[0])["data"]] == [{"w": 2}]
+    body = {"source": {"label": la, "key": "k"}, "target": {"label": lb, "key": "k"}, "type": "D"}
+    for expected in (3, 0):
+        r = api.post("/api/v1/relationships/create-many", body)
+        assert r.status_code == 201 and r.json()["data"]["count"] == expected, r.text
+    assert rel_search(api, {"where": {"type": "D"}})["total"] == 3

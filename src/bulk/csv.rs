@@ -115,14 +115,22 @@ impl ParseConfig {
 }
 
 /// Header normalisation: trimmed; characters outside `[A-Za-z0-9_]` become `_`; an empty
-/// header is `column_N` (1-based position); repeats get `_2`, `_3`, ...
+/// header is `column_N` (1-based position); repeats get `_2`, `_3`, ... A header that only
+/// comes to start with `__` by this (`名前`, `--x`) keeps one leading `_` (`_`, `_x`): the
+/// columns skipped as system columns are those written with `__`.
 pub fn normalize_headers(raw: &[&str]) -> Vec<String> {
     let mut seen = BTreeSet::new();
     raw.iter()
         .enumerate()
         .map(|(i, h)| {
-            let h: String = h
-                .trim()
+            let trimmed = h.trim();
+            let system = trimmed.starts_with("__");
+            // A name this column did not write with `__` never comes to start with it.
+            let keep = |s: String| match s.starts_with("__") && !system {
+                true => format!("_{}", s.trim_start_matches('_')),
+                false => s,
+            };
+            let h: String = trimmed
                 .chars()
                 .map(|c| {
                     if c.is_ascii_alphanumeric() || c == '_' {
@@ -135,12 +143,12 @@ pub fn normalize_headers(raw: &[&str]) -> Vec<String> {
             let base = if h.is_empty() {
                 format!("column_{}", i + 1)
             } else {
-                h
+                keep(h)
             };
             let mut name = base.clone();
             let mut n = 2;
             while !seen.insert(name.clone()) {
-                name = format!("{base}_{n}");
+                name = keep(format!("{base}_{n}"));
                 n += 1;
             }
             name
@@ -477,6 +485,11 @@ mod tests {
         assert_eq!(
             normalize_headers(&[" first name ", "", "a-b", "a_b", "a_b"]),
             ["first_name", "column_2", "a_b", "a_b_2", "a_b_3"]
+        );
+        // Only headers written with `__` become system columns (skipped on import).
+        assert_eq!(
+            normalize_headers(&["名前", "--x", "é", "__id", "_-y"]),
+            ["_", "_x", "_2", "__id", "_y"]
         );
     }
 

@@ -434,6 +434,11 @@ def test_csv_headers_are_normalised_and_system_columns_skipped(module_api):
     import_csv(module_api, {"label": label, "data": "__id,__label, first name ,,a-b,a_b,a_b\nX,Y,Ada,e,1,2,3\n"})
     [r] = records_of(module_api, label)
     assert props(r) == {"first_name": "Ada", "column_4": "e", "a_b": 1, "a_b_2": 2, "a_b_3": 3}
+    # Headers that only come to start with `__` by the replacement are kept, not dropped.
+    label = unique("HDU")
+    import_csv(module_api, {"label": label, "data": "名前,--x,é,ok\nA,B,C,D\n"})
+    [r] = records_of(module_api, label)
+    assert props(r) == {"_": "A", "_x": "B", "_2": "C", "ok": "D"}
 
 
 def test_csv_bad_input(module_api):

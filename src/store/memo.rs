@@ -674,3 +674,57 @@ impl KeyMemo {
         st
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of `n` keys under `prefix` (values of 20 bytes when `values`).
+    fn run(prefix: &[u8], n: u32, values: bool) -> Run {
+        let mut b = RunBuilder::new(1, 1, prefix, values, usize::MAX);
+        for i in 0..n {
+            let key = [prefix, &i.to_be_bytes()].concat();
+            b.push(&key, if values { &[7u8; 20] } else { &[] });
+        }
+        b.finish(false)
+    }
+
+    fn held(memo: &KeyMemo, prefix: &[u8]) -> bool {
+        let h = hash_bytes(prefix);
+        let runs = memo.shard(h).runs.read().unwrap();
+        runs.map.get(&h).is_some_and(|r| r.prefix() == prefix)
+    }
+
+    /// Replacing a run already held is weighed without the run it replaces: a shard with
+    /// room for the new run once the old one leaves is not started over.
+    #[test]
+    fn a_run_replacing_one_held_is_weighed_without_it() {
+        let memo = KeyMemo::with_limits(16 * 1000, 100);
+        // Three prefixes that fall in one shard.
+        let mut same = Vec::new();
+        let first = memo.shard(hash_bytes(b"p0")) as *const Shard;
+        for i in 0..10_000u32 {
+            let p = format!("p{i}").into_bytes();
+            if std::ptr::eq(memo.shard(hash_bytes(&p)), first) {
+                same.push(p);
+            }
+            if same.len() == 3 {
+                break;
+            }
+        }
+        let (a, b, c) = (&same[0], &same[1], &same[2]);
+        memo.remember(hash_bytes(a), run(a, 60, false));
+        memo.remember(hash_bytes(b), run(b, 50, false));
+        let bytes = || memo.shard(hash_bytes(a)).runs.read().unwrap().bytes;
+        assert!(bytes() <= 1000 && bytes() > 700, "{}", bytes());
+        // b grows by a few keys: the shard holds a and the new b without starting over.
+        memo.remember(hash_bytes(b), run(b, 56, false));
+        assert!(held(&memo, a) && held(&memo, b));
+        // b read with values, as a listing: it replaces b's key run the same way.
+        memo.remember(hash_bytes(b), run(b, 10, true));
+        assert!(held(&memo, a) && held(&memo, b));
+        // A run that does not fit beside them starts the shard over (key runs only).
+        memo.remember(hash_bytes(c), run(c, 60, false));
+        assert!(held(&memo, c) && !held(&memo, a));
+    }
+}

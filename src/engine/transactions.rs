@@ -129,6 +129,14 @@ fn expired(id: &Uuid, how: &Expiry) -> Error {
     )
 }
 
+/// What is remembered of an ended transaction, for its own tenant only and for at most
+/// [`EXPIRED_MEMORY`].
+fn recent<'a, T>(entry: Option<&'a (Tenant, Instant, T)>, tenant: &Tenant) -> Option<&'a T> {
+    entry
+        .filter(|(t, at, _)| t == tenant && at.elapsed() < EXPIRED_MEMORY)
+        .map(|(_, _, what)| what)
+}
+
 impl Transactions {
     /// The open transaction `id`; else the error its id answers for `tenant` (expired only
     /// to its own tenant: another one is told nothing of it).
@@ -143,9 +151,9 @@ impl Transactions {
             .lock()
             .map_err(|_| Error::internal("tx lock"))?;
         exp.retain(|_, (_, at, _)| at.elapsed() < EXPIRED_MEMORY);
-        Err(match exp.get(id) {
-            Some((t, _, how)) if t == tenant => expired(id, how),
-            _ => not_found(id),
+        Err(match recent(exp.get(id), tenant) {
+            Some(how) => expired(id, how),
+            None => not_found(id),
         })
     }
 
@@ -153,9 +161,7 @@ impl Transactions {
     /// [`EXPIRED_MEMORY`] ago.
     fn expiry(&self, id: &Uuid, tenant: &Tenant) -> Option<Expiry> {
         let exp = self.expired.lock().ok()?;
-        exp.get(id)
-            .filter(|(t, at, _)| t == tenant && at.elapsed() < EXPIRED_MEMORY)
-            .map(|(_, _, how)| how.clone())
+        recent(exp.get(id), tenant).cloned()
     }
 
     /// The lease set; a panic elsewhere while it was held does not stop expiry.
@@ -223,10 +229,7 @@ impl Transactions {
     /// long ago.
     fn ended_outcome(&self, tenant: &Tenant, id: &Uuid) -> Option<TxOutcome> {
         let e = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        e.by_id
-            .get(id)
-            .filter(|(t, at, _)| t == tenant && at.elapsed() < EXPIRED_MEMORY)
-            .map(|(_, _, o)| o.clone())
+        recent(e.by_id.get(id), tenant).cloned()
     }
 
     fn mark_expired(&self, id: Uuid, tenant: &Tenant, how: Expiry) {

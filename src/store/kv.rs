@@ -265,13 +265,11 @@ impl KvRead for Snapshot {
         })
     }
     fn scan_prefix(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
-        let end = || super::keys::prefix_end(prefix);
+        let read = |v: Visit| self.scan(prefix, &super::keys::prefix_end(prefix), reverse, v);
         match &self.memo {
-            Some(m) if m.covers_values(prefix) => {
-                let read = |v: Visit| self.scan(prefix, &end(), reverse, v);
-                m.scan_prefix(self.seq(), prefix, reverse, visit, &read, true)
-            }
-            _ => self.scan(prefix, &end(), reverse, visit),
+            // The memo reads through `read` what it does not hold with values.
+            Some(m) => m.scan_prefix(self.seq(), prefix, reverse, visit, &read, true),
+            None => read(visit),
         }
     }
     fn scan_keys(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {

@@ -617,14 +617,13 @@ impl KeyMemo {
                 runs.bytes -= freed;
                 runs.value_bytes = 0;
             }
-            let old = runs.map.get(&h).map_or(0, Run::cost);
-            if runs.bytes - old + cost > budget {
-                return;
-            }
         }
         // The run it replaces leaves the shard either way.
         let old = runs.map.get(&h).map_or(0, Run::cost);
         if runs.bytes - old + cost > budget {
+            if run.has_values() {
+                return;
+            }
             runs.map.clear();
             runs.bytes = 0;
             runs.value_bytes = 0;

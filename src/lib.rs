@@ -1,5 +1,6 @@
 //! Graph record database engine. See docs/design.md for the map of modules.
 
+pub mod activity;
 pub mod auth;
 pub mod bulk;
 pub mod cli;

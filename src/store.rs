@@ -733,8 +733,8 @@ impl Store {
     /// one: a store written by one client at a time answers without two thread hand-offs
     /// (measured ~15% more creates/s at c=1 with two workers, ~6% with one). The worker
     /// thread is blocked meanwhile (one fdatasync, or longer while the applier is behind:
-    /// `wait_for_room`) while the runtime goes on elsewhere
-    /// (`runtime_workers`). Otherwise the batch joins the writer's queue and commits with
+    /// `wait_for_room`); with one worker the runtime goes on elsewhere (`runtime_workers`)
+    /// unless no other request is in flight (`crate::activity`). Otherwise the batch joins the writer's queue and commits with
     /// whatever else is queued (group commit).
     pub async fn write(&self, tenant: Tenant, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
         use std::sync::atomic::Ordering;
@@ -793,9 +793,12 @@ impl Store {
         let Ok(mut core) = self.core.try_lock() else {
             return Inline::Queue(req);
         };
-        if workers == 1 {
-            // The only worker: the runtime's tasks move to another thread while this one
-            // waits for the fdatasync, so other connections are not held up.
+        if workers == 1 && crate::activity::requests_in_flight() > 1 {
+            // The only worker, and other requests are being served: the runtime's tasks move
+            // to another thread while this one waits for the fdatasync, so they are not held
+            // up. With no other request in flight nothing waits behind this commit, and
+            // blocking the worker saves the hand-offs `block_in_place` costs (a lone client's
+            // create: ~3 context switches instead of ~7.5, docs/design.md "Connections").
             tokio::task::block_in_place(|| core.commit_group(vec![req]));
             Inline::CommittedRuntimeMoved
         } else {
@@ -842,8 +845,9 @@ enum Inline {
 /// current-thread runtime or no runtime: no write commits inline there). With two or more
 /// workers an inline commit blocks one while the others serve connections; with one
 /// (`config::Runtime` on 2 CPUs) it commits in `block_in_place`, which hands the runtime to
-/// another thread meanwhile (requests of other connections would otherwise wait, queued
-/// where no counter sees them).
+/// another thread meanwhile, while other requests are in flight (they would wait otherwise);
+/// with none in flight it blocks the worker: a request arriving meanwhile waits at most that
+/// fdatasync, as it would behind any request on the one worker.
 fn runtime_workers() -> Option<usize> {
     let h = tokio::runtime::Handle::try_current().ok()?;
     (h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)

@@ -253,6 +253,7 @@ pub async fn handle(
     state: Arc<HttpState>,
     req: Request<Incoming>,
 ) -> std::result::Result<HttpResponse, std::convert::Infallible> {
+    let _serving = crate::activity::serving();
     let start = Instant::now();
     let method = method_name(req.method());
     let timeout = Duration::from_millis(state.limits.request_timeout_ms);

@@ -109,6 +109,8 @@ pub enum Outcome {
         total: u64,
     },
     Schema(serde_json::Value),
+    /// `describe indexes` / `vectorIndexes`: the declared indexes.
+    Indexes(Vec<serde_json::Value>),
     /// An ingest: records written (created or upserted), relationships created, and the
     /// records themselves when `returnResult` asked for them and there are at most 1000.
     Ingested {
@@ -515,6 +517,15 @@ impl Engine {
                 self.delete_records(tenant, &q.query).await
             }
             Operation::Describe(DescribeOp::Property(p)) => self.describe_property(&tenant, &p.id),
+            // No text or vector index can be declared yet (`index` answers unsupported): the
+            // listings are truthfully empty, and a named vector index is unknown.
+            Operation::Describe(DescribeOp::Indexes(_) | DescribeOp::VectorIndexes(_)) => {
+                Ok(Outcome::Indexes(Vec::new()))
+            }
+            Operation::Describe(DescribeOp::VectorIndex(n)) => Err(Error::not_found(format!(
+                "vector index {} not found (no vector index can be declared yet)",
+                n.name
+            ))),
             Operation::Mutate(Mutation::PutRecord(p)) => self.put_record(tenant, p, sink).await,
             Operation::Mutate(Mutation::RetypeRecord(r)) => {
                 self.retype_record(tenant, r.id, r.record, r.from_label, r.to_label, sink)

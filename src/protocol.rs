@@ -597,6 +597,8 @@ kind_enum! {
 pub struct IngestDocuments {
     #[serde(default)]
     pub label: Option<String>,
+    /// An array of documents, or one document (an object), as REST's `import/json` takes it.
+    #[serde(deserialize_with = "de_documents")]
     pub documents: Vec<Value>,
     #[serde(default)]
     pub options: Option<WriteOptions>,
@@ -744,7 +746,8 @@ kind_enum! {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BeginOp {
-    #[serde(default, deserialize_with = "de_whole_ms")]
+    /// `ttlMs`, or `ttl` as REST names it (both given: a duplicate field).
+    #[serde(default, alias = "ttl", deserialize_with = "de_whole_ms")]
     pub ttl_ms: Option<u64>,
     #[serde(default)]
     pub autocommit: Option<bool>,
@@ -843,6 +846,16 @@ pub fn whole_ms(v: &Value) -> Option<u64> {
             .filter(|f| f.fract() == 0.0 && (0.0..=9.0e15).contains(f))
             .map(|f| f as u64)
     })
+}
+
+fn de_documents<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Value>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Array(docs) => Ok(docs),
+        doc @ Value::Object(_) => Ok(vec![doc]),
+        _ => Err(serde::de::Error::custom(
+            "expected an array of documents or one document (an object)",
+        )),
+    }
 }
 
 fn de_whole_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {

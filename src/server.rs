@@ -105,11 +105,15 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
 /// Runs the server until SIGTERM/SIGINT.
 pub async fn run(cfg: ServerConfig) -> Result<(), String> {
     let http_addr = parse_addr("HTTP", &cfg.file.listen.http)?;
+    let grpc_addr = parse_addr("gRPC", &cfg.file.listen.grpc)?;
     if cfg.token == DEV_TOKEN {
-        if !http_addr.ip().is_loopback() {
-            return Err(format!(
-                "refusing to listen on non-loopback address {http_addr} with the development token; set --token or SERVICE_TOKEN"
-            ));
+        // Every listener takes the token: none may be reachable from other machines.
+        for (kind, addr) in [("HTTP", http_addr), ("gRPC", grpc_addr)] {
+            if !addr.ip().is_loopback() {
+                return Err(format!(
+                    "refusing to listen on non-loopback address {addr} ({kind}) with the development token; set --token or SERVICE_TOKEN"
+                ));
+            }
         }
         crate::log::warn("running with the development token `dev-token`: set --token or SERVICE_TOKEN outside local development");
     }
@@ -145,7 +149,6 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         flat_lists: cfg.file.rest.envelope == "flat",
     });
     // gRPC: on a multitenant engine only loopback (SPEC.md "Tenant selection").
-    let grpc_addr = parse_addr("gRPC", &cfg.file.listen.grpc)?;
     if cfg.file.multitenant && !grpc_addr.ip().is_loopback() {
         return Err(format!(
             "refusing to bind gRPC to non-loopback address {grpc_addr} on a multitenant engine (it takes only the bootstrap token)"

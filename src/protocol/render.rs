@@ -140,6 +140,7 @@ pub fn response(outcome: &Outcome) -> Value {
         Outcome::Rows { rows, total } => json!({"kind": "rows", "rows": rows, "total": total}),
         Outcome::Explain(plan) => json!({"kind": "explain", "plan": plan}),
         Outcome::Schema(schema) => json!({"kind": "schema", "schema": schema}),
+        Outcome::Indexes(indexes) => json!({"kind": "indexes", "indexes": indexes}),
         Outcome::Relationships {
             relationships,
             total,

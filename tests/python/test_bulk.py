@@ -597,6 +597,19 @@ def test_sdk_import_json_nested(db, module_api):
     assert module_api.record(pet)["kind"] == "cat"
 
 
+def test_sdk_import_json_of_one_object(db, module_api):
+    # The SDK passes `data` through as `documents`: one object is one document, as in REST.
+    label = unique("SDKO")
+    result = db.records.import_json({"name": "Acme", "hq": {"city": "Oslo"}}, label=label)
+    assert sorted(r.label for r in result.data) == sorted([label, "hq"])
+    [acme] = records_of(module_api, label)
+    assert acme["name"] == "Acme"
+    [hq] = children(module_api, acme["__id"])
+    assert module_api.record(hq)["city"] == "Oslo"
+    bad = module_api.protocol({"kind": "ingest", "ingest": {"kind": "documents", "label": label, "documents": "x"}})
+    assert_protocol_error(bad, 400, "invalid_argument", message_contains=["documents"])
+
+
 def test_sdk_create_many_and_upsert(db, module_api):
     label = unique("SDKM")
     result = db.records.create_many(label, [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}])

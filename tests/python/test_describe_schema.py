@@ -50,3 +50,24 @@ def test_schema_from_counters_and_with_a_filter(engine):
     year = prop(filtered, "year", movie)
     assert (year["recordsCount"], year["min"], year["max"]) == (2, 1999, 2010)
     assert sorted(prop(filtered, "tags", movie)["sampleValues"]) == ["a", "b", "c"]
+
+
+def test_index_listings_are_empty_and_the_sdk_schema_works(engine):
+    # No text or vector index can be declared yet (`index` answers unsupported), so the
+    # listings are empty rather than refused: the SDK's `ai.get_schema()` reads them.
+    from rushdb import RushDB
+    from conftest import DEV_TOKEN, assert_protocol_error
+
+    api = engine.client()
+    label = unique("IDX")
+    api.create(label, {"n": 1})
+    for kind in ("indexes", "vectorIndexes"):
+        r = api.protocol({"kind": "describe", "describe": {"kind": kind}})
+        assert r.status_code == 200 and r.json()["response"] == {"kind": "indexes", "indexes": []}, r.text
+    r = api.protocol({"kind": "describe", "describe": {"kind": "vectorIndex", "name": "emb"}})
+    assert_protocol_error(r, 404, "not_found", message_contains=["emb"])
+    db = RushDB(DEV_TOKEN, direct=True, engine_url=engine.url)
+    items = db.ai.get_schema().data
+    [item] = [i for i in items if i.get("label") == label or i.get("name") == label]
+    assert "n" in str(item), item
+    assert label in str(db.ai.get_schema_markdown().data)

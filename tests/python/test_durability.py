@@ -380,6 +380,11 @@ def test_dev_token_on_non_loopback_refused(tmp_path, addr):
     # same refusal when dev-token is passed explicitly
     p = _serve(tmp_path, "--data-dir", str(tmp_path / "d"), "--http-addr", addr, token=DEV_TOKEN)
     assert p.returncode != 0 and p.stdout == ""
+    # and for the gRPC listener, which takes the same token
+    p = _serve(tmp_path, "--data-dir", str(tmp_path / "d"), "--http-addr", "127.0.0.1:0",
+               "--grpc-addr", addr)
+    assert p.returncode != 0 and p.stdout == ""
+    assert any("gRPC" in m and "development token" in m for m in _error_messages(p.stderr))
 
 
 def test_real_token_on_non_loopback_starts(engine_factory):

@@ -351,6 +351,20 @@ def test_a_whole_ttl_may_be_written_as_a_float(module_api):
         assert_protocol_error(tx_op(module_api, {"kind": "begin", "ttlMs": bad}), 400, "invalid_argument")
 
 
+def test_ttl_and_ttlms_are_taken_on_both_surfaces(module_api):
+    # REST names it `ttl`, Protocol v1 `ttlMs`; a client sending the other name must not get
+    # the default silently.
+    r = module_api.post("/api/v1/tx", {"ttlMs": 7000})
+    assert r.status_code == 200 and r.json()["data"]["ttl"] == 7000, r.text
+    r = tx_op(module_api, {"kind": "begin", "ttl": 7000})
+    assert r.status_code == 200 and r.json()["response"]["ttlMs"] == 7000, r.text
+    assert_rest_error(module_api.post("/api/v1/tx", {"ttl": 7000, "ttlMs": 7000}), 400,
+                      "invalid_argument", message_contains=["ttlMs"])
+    assert_protocol_error(tx_op(module_api, {"kind": "begin", "ttl": 7000, "ttlMs": 7000}), 400,
+                          "invalid_argument")
+    assert_rest_error(module_api.post("/api/v1/tx", {"ttlMs": 30001}), 400, "invalid_argument")
+
+
 # ---------------------------------------------------------------------------------------
 # The SDK in direct mode
 # ---------------------------------------------------------------------------------------

@@ -24,12 +24,16 @@ pub async fn begin(
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
     let body = parse_json(req.body(), &state.limits)?;
-    let ttl_ms = match body.get("ttl") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            crate::protocol::whole_ms(v)
-                .ok_or_else(|| Error::invalid("ttl: expected a whole number of milliseconds"))?,
-        ),
+    // `ttl` here, `ttlMs` in Protocol v1: either name is taken on both surfaces.
+    let given = |name: &'static str| body.get(name).filter(|v| !v.is_null()).map(|v| (name, v));
+    let ttl_ms = match (given("ttl"), given("ttlMs")) {
+        (Some(_), Some(_)) => return Err(Error::invalid("ttl: give `ttl` or `ttlMs`, not both")),
+        (None, None) => None,
+        (Some((name, v)), None) | (None, Some((name, v))) => {
+            Some(crate::protocol::whole_ms(v).ok_or_else(|| {
+                Error::invalid(format!("{name}: expected a whole number of milliseconds"))
+            })?)
+        }
     };
     let op = Operation::Transaction(TransactionOp::Begin(BeginOp {
         ttl_ms,

@@ -105,13 +105,25 @@ fn csv_batches(text: &str, args: &ImportArgs) -> Result<Batches, String> {
     let mut rows = reader.byte_records();
     let mut first = 0;
     loop {
+        // Flexible: a short row is passed on as it is (the server reads its missing cells as
+        // absent); a long one is refused here, with its line, as the server would.
         let mut w = csv::WriterBuilder::new()
             .delimiter(delimiter)
+            .flexible(true)
             .from_writer(Vec::new());
         w.write_byte_record(&header).map_err(|e| e.to_string())?;
         let mut n = 0;
         for row in rows.by_ref() {
             let row = row.map_err(|e| format!("{}: {e}", args.file.display()))?;
+            if row.len() > header.len() {
+                return Err(format!(
+                    "{}: malformed CSV at line {}: the row has {} fields, the header {}",
+                    args.file.display(),
+                    row.position().map_or(0, |p| p.line()),
+                    row.len(),
+                    header.len()
+                ));
+            }
             w.write_byte_record(&row).map_err(|e| e.to_string())?;
             n += 1;
             if n == args.batch_size {

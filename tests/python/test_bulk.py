@@ -694,3 +694,17 @@ def test_cli_loader_reports_the_failing_batch(module_engine, module_api, tmp_pat
                  env_extra={"SERVICE_TOKEN": DEV_TOKEN})
     assert out.returncode == 2 and "line 3: a quoted field is not closed" in out.stderr, out.stderr
     assert (label + "Q") not in module_api.labels({})
+    # A row longer than the header is refused with its line, as the server words it; a short
+    # row is imported with its missing cells absent, as the server reads it.
+    long_row = tmp_path / "long.csv"
+    long_row.write_text("a,b\n1,2\n3,4,5\n")
+    out = loader(module_engine, "--label", label + "L", str(long_row), "--url", module_engine.url,
+                 env_extra={"SERVICE_TOKEN": DEV_TOKEN})
+    assert out.returncode == 2 and "malformed CSV at line 3: the row has 3 fields, the header 2" in out.stderr, out.stderr
+    short_row = tmp_path / "short.csv"
+    short_row.write_text("a,b\n1,2\n3\n")
+    out = loader(module_engine, "--label", label + "S", str(short_row), "--url", module_engine.url,
+                 env_extra={"SERVICE_TOKEN": DEV_TOKEN})
+    assert out.returncode == 0, out.stderr
+    rows = module_api.search({"labels": [label + "S"], "orderBy": {"a": "asc"}})["data"]
+    assert [(r["a"], r.get("b")) for r in rows] == [(1, 2), (3, None)]

@@ -63,7 +63,8 @@ pub fn paging(
 ) -> Result<(usize, usize)> {
     let offset = offset.unwrap_or(0);
     if offset < 0 {
-        return Err(Error::invalid("skip: must be zero or more"));
+        // REST names it `skip`, Protocol v1 `offset`: the message names both.
+        return Err(Error::invalid("skip (offset): must be zero or more"));
     }
     let limit = limit.unwrap_or(default_limit);
     if !(1..=MAX_LIMIT).contains(&limit) {

@@ -1193,3 +1193,10 @@ def test_text_walk_not_used_when_a_datetime_shares_the_name(module_api):
     assert sorted(r["__id"] for r in page["data"]) == sorted(ids[:2])
     plan = explain(module_api, {"labels": [label], "predicate": {"when": {"$contains": "2024"}}})
     assert "walk" not in plan["access"], plan
+
+
+def test_negative_paging_names_the_field_each_surface_uses(module_api):
+    r = module_api.post("/api/v1/records/search", {"skip": -1})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["skip"])
+    r = module_api.protocol({"kind": "query", "query": {"kind": "records", "query": {"offset": -1}}})
+    assert_protocol_error(r, 400, "invalid_argument", message_contains=["offset"])

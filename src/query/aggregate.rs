@@ -217,8 +217,13 @@ fn build(
                 }
                 Some(v) => v
                     .as_i64()
-                    .filter(|s| *s >= 1)
-                    .ok_or_else(|| bad(&format!("{path}.size"), "expected a positive integer"))?,
+                    .filter(|s| (1..=MAX_BUCKET_SIZE).contains(s))
+                    .ok_or_else(|| {
+                        bad(
+                            &format!("{path}.size"),
+                            &format!("expected a whole number from 1 to {MAX_BUCKET_SIZE}"),
+                        )
+                    })?,
             };
             AggFn::TimeBucket { granularity, size }
         }
@@ -405,7 +410,12 @@ pub fn parse(
     })
 }
 
-/// The start of the bucket holding `t`, as seconds since the epoch (UTC).
+/// The largest `timeBucket` size: a bucket's width in seconds or months (size times at most
+/// 3600 or 12) then stays far inside i64, whatever the granularity.
+pub const MAX_BUCKET_SIZE: i64 = 1_000_000;
+
+/// The start of the bucket holding `t`, as seconds since the epoch (UTC). `size` is 1 to
+/// `MAX_BUCKET_SIZE` (checked when the query is parsed).
 pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
     let floor = |x: i64, n: i64| x.div_euclid(n) * n;
     let days = t.secs.div_euclid(86400);

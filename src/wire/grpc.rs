@@ -50,7 +50,8 @@ impl GrpcEngine {
             credential: bearer(md),
             tenant_header: md
                 .get("x-service-tenant")
-                .and_then(|v| v.to_str().ok())
+                .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()))
+                .transpose()?
                 .map(str::to_string),
             scope: env.context.map(|c| c.scope),
             transport: Transport::Grpc,

@@ -99,14 +99,39 @@ pub struct RequestMeta {
     credential: Option<String>,
     tenant: Option<String>,
     transaction: Option<String>,
+    /// A tenant or transaction header whose value is not UTF-8: the request is refused
+    /// (`readable`) once its credential is checked.
+    unreadable: Option<Error>,
 }
 
 impl RequestMeta {
     fn from_headers(h: &HeaderMap) -> Self {
+        let mut unreadable = None;
+        let mut text = |names: &[&str]| {
+            let (name, v) = names.iter().find_map(|n| h.get(*n).map(|v| (*n, v)))?;
+            match crate::wire::header_text(name, v.as_bytes()) {
+                Ok(s) => Some(s.to_string()),
+                Err(e) => {
+                    unreadable.get_or_insert(e);
+                    None
+                }
+            }
+        };
+        let tenant = text(&["x-service-tenant", "x-rushdb-tenant"]);
+        let transaction = text(&["x-transaction-id"]);
         RequestMeta {
             credential: credential(h),
-            tenant: header(h, &["x-service-tenant", "x-rushdb-tenant"]).map(str::to_string),
-            transaction: header(h, &["x-transaction-id"]).map(str::to_string),
+            tenant,
+            transaction,
+            unreadable,
+        }
+    }
+
+    /// Refuses a request whose tenant or transaction header could not be read.
+    fn readable(&self) -> Result<()> {
+        match &self.unreadable {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
         }
     }
 
@@ -132,6 +157,7 @@ impl RequestMeta {
             credential: self.credential.clone(),
             tenant: self.tenant.clone(),
             transaction: None,
+            unreadable: self.unreadable.clone(),
         }
     }
 }
@@ -389,6 +415,7 @@ async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpRespons
         state
             .engine
             .authenticate_for(meta.credential.as_deref(), tenant)?;
+        meta.readable()?;
         let body =
             parse_json(req.body(), &state.limits).map_err(|e| unparseable(state, &meta, e))?;
         if let Some(v) = body.get("protocolVersion") {

@@ -488,6 +488,26 @@ def test_time_bucket_select_form_epoch_ms(module_api, movies, granularity, size)
     assert got == expected
 
 
+@pytest.mark.parametrize("granularity", ["seconds", "minutes", "hours", "weeks", "months", "years"])
+def test_time_bucket_size_is_bounded(module_api, movies, granularity):
+    # A size whose width overflows (2^60 hours) was a division by zero (a panic, 500).
+    label, _ = movies
+    for size in (2 ** 60, 2 ** 62, 1_000_001):
+        for body in ({"labels": [label], "aggregate": {"b": {"fn": "timeBucket", "field": "released", "alias": "$record",
+                                                             "granularity": granularity, "size": size}},
+                      "groupBy": ["b"]},
+                     {"labels": [label], "select": {"b": {"$timeBucket": {"field": "$record.released",
+                                                                          "granularity": granularity, "size": size}}},
+                      "groupBy": ["b"]}):
+            r = module_api.post("/api/v1/records/search", body)
+            assert_rest_error(r, 400, "invalid_argument", message_contains=["size", "1000000"])
+    out = rows_of(module_api, {"labels": [label], "aggregate": {"b": {"fn": "timeBucket", "field": "released",
+                                                                     "alias": "$record", "granularity": granularity,
+                                                                     "size": 1_000_000}, "n": {"fn": "count"}},
+                               "groupBy": ["b"]})
+    assert sum(r["n"] for r in out["data"]) == 7
+
+
 def test_time_bucket_with_other_aggregates(module_api, movies):
     label, _ = movies
     out = rows_of(module_api, {"labels": [label], "where": {"rating": {"$exists": True}},

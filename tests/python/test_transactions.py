@@ -132,6 +132,26 @@ def test_unknown_and_malformed_ids(module_api):
     assert_rest_error(in_tx(module_api, "nope", "GET", f"/api/v1/records/{unknown}"), 400, "invalid_argument")
 
 
+def test_an_unreadable_transaction_header_is_refused_not_ignored(module_api):
+    # A value with a byte that is not UTF-8 (requests sends str headers as latin-1) was read
+    # as no header at all: the write committed at once, outside the transaction.
+    label = unique("TXB")
+    tx = begin(module_api, ttl=20000)
+    with unchanged(module_api):
+        r = module_api.post("/api/v1/records", {"label": label, "data": {"k": 1}},
+                            headers={"X-Transaction-Id": tx + "\xe9"})
+        assert_rest_error(r, 400, "invalid_argument", message_contains=["x-transaction-id", "UTF-8"])
+        r = module_api.protocol({"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "create", "label": label,
+                                                                 "properties": {"k": 1}}},
+                                headers={"X-Transaction-Id": "\xe9"})
+        assert_protocol_error(r, 400, "invalid_argument")
+    # The tenant header likewise: on a single-tenant engine any tenant header is a mismatch,
+    # and one that cannot be read is refused rather than ignored.
+    r = module_api.post("/api/v1/records/search", {"labels": [label]}, headers={"X-Service-Tenant": "t\xe9"})
+    assert r.status_code == 400, r.text
+    assert module_api.post(f"/api/v1/tx/{tx}/rollback", {}).status_code == 200
+
+
 def test_refused_inside_a_transaction(module_api):
     label = unique("TXU")
     rid = module_api.create(label, {"k": 1})

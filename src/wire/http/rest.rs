@@ -201,6 +201,7 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     if let Err(e) = state
         .engine
         .authenticate_for(meta.credential.as_deref(), tenant)
+        .and_then(|_| meta.readable())
     {
         let template = if later_route(&method, &segs).is_some() {
             "/api/v1/later"

@@ -253,6 +253,14 @@ fn parse_defs(v: &Value, select_form: bool) -> Result<Vec<AggDef>> {
     let mut defs = Vec::new();
     for (name, spec) in m {
         let path = format!("{root}.{name}");
+        // Output names sit beside the record's keys in a row: `__` names are the record's
+        // identity (`__id`, `__label`, ...), reserved as for properties (BEHAVIOUR §1).
+        if name.starts_with("__") {
+            return Err(bad(&path, "output names starting with __ are reserved"));
+        }
+        if name.is_empty() {
+            return Err(bad(root, "an output name must not be empty"));
+        }
         if select_form {
             let Value::Object(sm) = spec else {
                 return Err(bad(&path, "expected an object like {\"$count\": \"*\"}"));

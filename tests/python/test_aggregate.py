@@ -671,3 +671,14 @@ def test_grouping_paths_agree_with_a_reference(with_collect, scoped):
                 assert row["sum"] == 0 and row["avg"] is None, row
                 text = "n/a" if g["texts"] else None
                 assert row["lo"] == text and row["hi"] == text, row
+
+
+def test_output_names_starting_with_two_underscores_are_reserved(module_api, movies):
+    # They sat beside the record's keys in a row and replaced its `__id` / `__label`.
+    label, _ = movies
+    for body in ({"labels": [label], "aggregate": {"__id": {"fn": "count", "alias": "$record"}}},
+                 {"labels": [label], "select": {"__label": {"$count": "*"}}},
+                 {"labels": [label], "aggregate": {"": {"fn": "count", "alias": "$record"}}}):
+        assert_rest_error(module_api.post("/api/v1/records/search", body), 400, "invalid_argument")
+    r = module_api.post("/api/v1/records/search", {"labels": [label], "aggregate": {"__id": {"fn": "count"}}})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["aggregate.__id", "reserved"])

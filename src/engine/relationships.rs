@@ -496,6 +496,10 @@ pub(super) struct RelSpec {
 fn string_list(v: &Value, what: &str) -> Result<Vec<String>> {
     match v {
         Value::Object(m) => match m.get("$in").or_else(|| m.get("$eq")) {
+            // As in record filters (BEHAVIOUR §2): `$in: []` would match nothing.
+            Some(Value::Array(a)) if m.len() == 1 && a.is_empty() => Err(Error::invalid(format!(
+                "{what}.$in: must list at least one value"
+            ))),
             Some(x) if m.len() == 1 => string_list(x, what),
             _ => Err(Error::invalid(format!(
                 "{what}: expected a string, an array of strings or {{$in: [...]}}"

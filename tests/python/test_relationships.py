@@ -637,3 +637,12 @@ def test_counts_are_of_relationships_created(api):
         r = api.post("/api/v1/relationships/create-many", body)
         assert r.status_code == 201 and r.json()["data"]["count"] == expected, r.text
     assert rel_search(api, {"where": {"type": "D"}})["total"] == 3
+
+
+def test_relationship_search_type_in_empty_is_refused(api, shop):
+    # `$in: []` is a 400 in record filters (BEHAVIOUR §2); here it matched every type.
+    for where in ({"type": {"$in": []}}, {"type": {"$eq": []}}):
+        r = api.post("/api/v1/relationships/search", {"where": where})
+        assert_rest_error(r, 400, "invalid_argument", message_contains=["where.type.$in"])
+    r = api.post("/api/v1/relationships/search", {"where": {"type": {"$in": ["NO_SUCH_TYPE"]}}})
+    assert r.status_code == 200 and r.json()["data"] == [], r.text

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from conftest import (DEV_TOKEN, REASON, assert_protocol_error, assert_rest_error, is_uuid_v7,
-                      unique)
+                      unchanged, unique)
 
 SYSTEM_KEYS = {"id", "label", "__id", "__label", "__proptypes"}
 
@@ -959,3 +959,15 @@ def test_protocol_unimplemented_501(module_api, operation):
     before = module_api.search({"limit": 1})["total"]
     assert_protocol_error(module_api.protocol(operation), 501, "unsupported")
     assert module_api.search({"limit": 1})["total"] == before
+
+
+def test_put_without_a_body_is_refused_not_an_emptying(module_api):
+    rid = module_api.create(unique("PUTB"), {"a": 1, "b": "x"})
+    with unchanged(module_api):
+        for data in (None, b"", b"  \n"):
+            r = module_api.request("PUT", f"/api/v1/records/{rid}", data=data)
+            assert_rest_error(r, 400, "invalid_argument", message_contains=["PUT needs a JSON body"])
+    r = module_api.put(f"/api/v1/records/{rid}", {})
+    assert r.status_code == 201, r.text
+    rec = module_api.record(rid)
+    assert "a" not in rec and "b" not in rec

@@ -485,6 +485,13 @@ async fn edit(
     id: &str,
     mode: PutMode,
 ) -> Result<HttpResponse> {
+    // A replace with no body at all would remove every property: a missing body is more
+    // likely a client's mistake than a request to empty the record (`{}` says that).
+    if mode == PutMode::Replace && req.body().iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::invalid(
+            "PUT needs a JSON body (send {} to remove every property)",
+        ));
+    }
     let op = edit_op(id, mode, parse_json(req.body(), &state.limits)?)?;
     match run(state, meta, op).await? {
         Outcome::Record(r) => Ok(ok(201, Flat(&r))),

@@ -270,6 +270,12 @@ fn component_instant(m: &Map<String, Value>, path: &str) -> Result<Instant> {
         None => 1970,
     };
     let (month, day) = (get("$month", 1, 12)?, get("$day", 1, 31)?);
+    if day > datetime::days_in_month(year, month) {
+        return Err(bad(
+            &format!("{path}.$day"),
+            format!("{year:04}-{month:02} has {} days", datetime::days_in_month(year, month)),
+        ));
+    }
     let (h, mi, s) = (
         get("$hour", 0, 23)?,
         get("$minute", 0, 59)?,

@@ -670,6 +670,8 @@ INVALID = [
     ("$id-not-uuid", {"where": {"$id": "not-a-uuid"}}, "where.$id"),
     ("$id-$in-empty", {"where": {"$id": {"$in": []}}}, "where.$id.$in"),
     ("component-out-of-range", {"where": {"born": {"$gte": {"$year": 2023, "$month": 13}}}}, "where.born.$gte.$month"),
+    ("component-day-past-month", {"where": {"born": {"$year": 2023, "$month": 2, "$day": 29}}}, "where.born.$day"),
+    ("component-day-31-of-30", {"where": {"born": {"$lt": {"$year": 2024, "$month": 4, "$day": 31}}}}, "where.born.$lt.$day"),
     ("array-as-value", {"where": {"age": [1, 2]}}, "where.age"),
     ("unknown-operator-under-field-$not", {"where": {"age": {"$not": {"$foo": 1}}}}, "where.age.$not.$foo"),
     ("unknown-operator-under-$not", {"where": {"$not": {"age": {"$bar": 1}}}}, "where.$not.age.$bar"),

@@ -230,12 +230,23 @@ pub struct Record {
     pub props: BTreeMap<String, PropValue>,
 }
 
-/// Property names starting with `__` are reserved for system keys.
+/// The longest property name or relationship type, in bytes (as for labels: each is part
+/// of index keys).
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// Property names are 1 to `MAX_NAME_BYTES` bytes; names starting with `__` are reserved for
+/// system keys.
 pub fn check_property_name(name: &str) -> crate::error::Result<()> {
     if name.is_empty() {
         return Err(crate::error::Error::invalid(
             "property name must not be empty",
         ));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(crate::error::Error::invalid(format!(
+            "property name '{}' is longer than {MAX_NAME_BYTES} bytes",
+            truncate(name, 64)
+        )));
     }
     if name.starts_with("__") {
         return Err(crate::error::Error::invalid(format!(

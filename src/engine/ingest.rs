@@ -5,7 +5,7 @@ use super::{Engine, Outcome, Sink};
 use crate::bulk::{self, csv as bulk_csv, FlattenOptions};
 use crate::error::{Error, Result};
 use crate::model::infer::InferOptions;
-use crate::model::{canonical_type, parse_uuid_v7, Record, DEFAULT_RELATION_TYPE};
+use crate::model::{parse_uuid_v7, Record};
 use crate::protocol::{IngestOp, QueryDocument, WriteOptions};
 use crate::store::records::{
     MergeStrategy, PutMode, PutRecord, UpsertRecord, WriteOp, WriteOutcome,
@@ -50,15 +50,10 @@ impl Options {
             match_on: o.merge_by.clone().unwrap_or_default(),
             strategy,
         });
-        let relationship_type = match o.relationship_type.as_deref() {
-            None => DEFAULT_RELATION_TYPE.to_string(),
-            Some("") => {
-                return Err(Error::invalid(
-                    "options.relationshipType: must not be empty",
-                ))
-            }
-            Some(t) => canonical_type(t).to_string(),
-        };
+        let relationship_type = super::relationships::rel_type(
+            o.relationship_type.as_deref(),
+            "options.relationshipType",
+        )?;
         Ok(Options {
             flatten: FlattenOptions {
                 infer: InferOptions {

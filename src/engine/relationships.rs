@@ -55,11 +55,18 @@ fn ids(v: &OneOrMany, what: &str) -> Result<Vec<Uuid>> {
         .collect()
 }
 
-fn rel_type(t: Option<&str>, what: &str) -> Result<String> {
+/// A relationship type as given (canonical spelling of the default type), the default when
+/// absent; empty or longer than `MAX_NAME_BYTES` is a 400 naming `what`.
+pub(super) fn rel_type(t: Option<&str>, what: &str) -> Result<String> {
     match t {
         None => Ok(DEFAULT_RELATION_TYPE.to_string()),
         Some("") => Err(Error::invalid(format!(
             "{what} must not be an empty string"
+        ))),
+        Some(t) if t.len() > crate::model::MAX_NAME_BYTES => Err(Error::invalid(format!(
+            "{what} '{}' is longer than {} bytes",
+            crate::model::truncate(t, 64),
+            crate::model::MAX_NAME_BYTES
         ))),
         Some(t) => Ok(canonical_type(t).to_string()),
     }

@@ -273,7 +273,10 @@ fn component_instant(m: &Map<String, Value>, path: &str) -> Result<Instant> {
     if day > datetime::days_in_month(year, month) {
         return Err(bad(
             &format!("{path}.$day"),
-            format!("{year:04}-{month:02} has {} days", datetime::days_in_month(year, month)),
+            format!(
+                "{year:04}-{month:02} has {} days",
+                datetime::days_in_month(year, month)
+            ),
         ));
     }
     let (h, mi, s) = (

@@ -448,3 +448,22 @@ def test_server_still_serves_after_garbage(api, seeded):
     recs = api.search({"labels": [SEED_LABEL], "orderBy": "asc"})
     assert [x["id"] for x in recs["data"]] == seeded
     assert [x["i"] for x in recs["data"]] == list(range(5))
+
+
+def test_names_longer_than_1024_bytes_are_refused(api, seeded):
+    # Property names and relationship types are parts of index keys, as labels are: bounded.
+    long = "p" * 1025
+    ok_name = "q" * 1024
+    with unchanged(api):
+        for path, body in (("/api/v1/records", {"label": "LONGN", "data": {long: 1}}),
+                           ("/api/v1/records/import/json", {"label": "LONGN", "data": [{"kid": {long: 1}}]}),
+                           ("/api/v1/records/import/json", {"label": "LONGN", "data": [{"a": {"b": 1}}],
+                                                            "options": {"relationshipType": long}}),
+                           (f"/api/v1/records/{seeded[0]}/relationships", {"targetIds": [seeded[1]], "type": long})):
+            r = api.post(path, body)
+            assert_rest_error(r, 400, "invalid_argument", message_contains=["longer than 1024 bytes"])
+            assert len(r.text) < 2000, len(r.text)
+    rid = api.create("LONGN", {ok_name: 1})
+    assert api.record(rid)[ok_name] == 1
+    r = api.post(f"/api/v1/records/{seeded[0]}/relationships", {"targetIds": [seeded[1]], "type": "t" * 1024})
+    assert r.status_code in (200, 201), r.text

@@ -78,6 +78,20 @@ pub fn from_request(mode: &str, doc: Option<&PolicyDocument>) -> Result<Installe
         max_results: None,
     };
     let Some(d) = doc else { return Ok(out) };
+    // Every name must be one a record or relationship could carry.
+    for (i, l) in d.allowed_labels.iter().flatten().enumerate() {
+        if l != "*" {
+            crate::query::check_label(l)
+                .map_err(|e| Error::invalid(format!("policy.allowedLabels[{i}]: {}", e.message)))?;
+        }
+    }
+    for (i, t) in d.denied_relationship_types.iter().flatten().enumerate() {
+        super::relationships::rel_type(Some(t), &format!("policy.deniedRelationshipTypes[{i}]"))?;
+    }
+    for (label, _) in d.visible_properties.iter().flatten() {
+        crate::query::check_label(label)
+            .map_err(|e| Error::invalid(format!("policy.visibleProperties: {}", e.message)))?;
+    }
     out.allowed_labels = d
         .allowed_labels
         .clone()

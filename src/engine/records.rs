@@ -14,11 +14,24 @@ use uuid::Uuid;
 
 use crate::query::check_label;
 
+/// The record an op names by `id` or `record: {id}`; both given must name the same record.
 fn ref_id(id: Option<String>, record: Option<RecordRef>) -> Result<Uuid> {
-    let id = id
-        .or(record.map(|r| r.id))
-        .ok_or_else(|| Error::invalid("id is required"))?;
-    parse_uuid_v7(&id, "id")
+    match (id, record) {
+        (Some(id), Some(r)) => {
+            let (a, b) = (
+                parse_uuid_v7(&id, "id")?,
+                parse_uuid_v7(&r.id, "record.id")?,
+            );
+            if a != b {
+                return Err(Error::invalid(
+                    "id and record.id name different records: give one of them",
+                ));
+            }
+            Ok(a)
+        }
+        (Some(id), None) | (None, Some(RecordRef { id })) => parse_uuid_v7(&id, "id"),
+        (None, None) => Err(Error::invalid("id is required")),
+    }
 }
 
 /// The outcome of a batch's first op (the record write; vector writes follow it).

@@ -51,6 +51,16 @@ def test_policy_get_shows_what_was_set(world):
     assert got["policy"]["allowedLabels"] == ["PERSON", "COMPANY"] and got["policy"]["maxResults"] == 3
     assert_protocol_error(protocol(world["engine"], DEV_TOKEN, {"kind": "policy", "policy": {"kind": "set", "mode": "Loose"}}),
                           400, "invalid_argument")
+    # Names no record or relationship could carry are refused, and the policy stays as it was.
+    for bad, where in (({"allowedLabels": ["PERSON", ""]}, "policy.allowedLabels[1]"),
+                       ({"allowedLabels": ["L" * 1025]}, "policy.allowedLabels[0]"),
+                       ({"deniedRelationshipTypes": [""]}, "policy.deniedRelationshipTypes[0]"),
+                       ({"visibleProperties": {"": ["name"]}}, "policy.visibleProperties")):
+        r = protocol(world["engine"], DEV_TOKEN, {"kind": "policy", "policy": {"kind": "set", "mode": "PolicyEnforced",
+                                                                               "policy": bad}})
+        assert_protocol_error(r, 400, "invalid_argument", message_contains=[where])
+    again = protocol(world["engine"], DEV_TOKEN, {"kind": "policy", "policy": {"kind": "get"}}).json()["response"]
+    assert again == got
 
 
 def test_allowed_labels_and_max_results(world):

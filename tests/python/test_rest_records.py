@@ -971,3 +971,15 @@ def test_put_without_a_body_is_refused_not_an_emptying(module_api):
     assert r.status_code == 201, r.text
     rec = module_api.record(rid)
     assert "a" not in rec and "b" not in rec
+
+
+def test_protocol_id_and_record_id_must_agree(module_api):
+    label = unique("IDR")
+    a, b = module_api.create(label, {"n": 1}), module_api.create(label, {"n": 2})
+    with unchanged(module_api):
+        for kind in ("deleteRecord",):
+            r = module_api.protocol({"kind": "mutate", "mutation": {"kind": kind, "id": a, "record": {"id": b}}})
+            assert_protocol_error(r, 400, "invalid_argument", message_contains=["record.id"])
+    r = module_api.protocol({"kind": "mutate", "mutation": {"kind": "deleteRecord", "id": a, "record": {"id": a.upper()}}})
+    assert r.status_code == 200 and r.json()["response"]["affected"] == 1, r.text
+    assert module_api.get(f"/api/v1/records/{b}").status_code == 200

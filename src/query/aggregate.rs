@@ -221,7 +221,7 @@ fn build(
                     .ok_or_else(|| {
                         bad(
                             &format!("{path}.size"),
-                            &format!("expected a whole number from 1 to {MAX_BUCKET_SIZE}"),
+                            format!("expected a whole number from 1 to {MAX_BUCKET_SIZE}"),
                         )
                     })?,
             };

@@ -1,22 +1,42 @@
 //! What the process is serving right now: requests in flight on every front end (an HTTP
 //! request from the moment its handler starts until its answer is built; a gRPC call until it
-//! answers). The store reads it to decide whether a lone write may block the only runtime
-//! worker for its fdatasync (`store::Store::write`): when no other request is being served,
-//! nothing waits behind it.
+//! answers; a server-streaming call until its first answer). The store reads it to decide
+//! whether a lone write may block the only runtime worker for its fdatasync
+//! (`store::Store::write`): only a request's own write, when no other request is being
+//! served, so nothing waits behind it. Writes from background tasks (tenant reclaim,
+//! transaction expiry) are not requests and never block the worker.
 //!
-//! Invariant: the count is the number of live `Serving` guards; every front end takes one per
-//! request and holds it until the request is answered, so a request being handled is never
-//! missing from it (it may briefly count one that is already answered).
+//! Invariant: the count is the number of live `Serving` guards; every front end runs each
+//! request inside `serve`, which holds one until the request is answered, so a request being
+//! handled is never missing from it (it may briefly count one that is already answered).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
+tokio::task_local! {
+    /// Set for the future of a request run by `serve` (not for tasks it spawns).
+    static IN_REQUEST: ();
+}
+
+/// Runs a request's future counted as in flight, and marked as a request's own work.
+pub async fn serve<F: Future>(request: F) -> F::Output {
+    let _serving = serving();
+    IN_REQUEST.scope((), request).await
+}
+
+/// Whether the caller is a request's own work (inside `serve`) and no other request is in
+/// flight.
+pub fn only_this_request() -> bool {
+    IN_REQUEST.try_with(|_| ()).is_ok() && requests_in_flight() == 1
+}
+
 /// One request in flight; counted until dropped.
 pub struct Serving(());
 
-/// Counts a request in flight until the returned guard is dropped.
-pub fn serving() -> Serving {
+/// Counts a request in flight until the returned guard is dropped (`serve` takes one).
+fn serving() -> Serving {
     IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
     Serving(())
 }
@@ -35,6 +55,27 @@ pub fn requests_in_flight() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn only_a_request_alone_may_block_the_worker() {
+        // Outside any request (a background task): never.
+        assert!(!only_this_request());
+        // Inside one: only while no other is in flight (other tests' requests may run
+        // meanwhile, so the alone case is asserted only when the count allows it).
+        serve(async {
+            let other = serving();
+            assert!(!only_this_request());
+            drop(other);
+            assert_eq!(only_this_request(), requests_in_flight() == 1);
+        })
+        .await;
+        // A task spawned by a request is not the request's own work.
+        serve(async {
+            let spawned = tokio::spawn(async { only_this_request() }).await.unwrap();
+            assert!(!spawned);
+        })
+        .await;
+    }
 
     #[test]
     fn guards_count_while_alive() {

@@ -33,17 +33,22 @@ pub fn inline_vectors(v: &Value, path: &str) -> Result<Vec<InlineVector>> {
         .enumerate()
         .map(|(i, e)| {
             let at = format!("{path}[{i}]");
-            let name = e
-                .get("propertyName")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .ok_or_else(|| {
-                    Error::invalid(format!("{at}.propertyName: a non-empty string is required"))
-                })?;
+            let name = vector_property_name(e.get("propertyName").and_then(Value::as_str), &at)?;
             let values = vector_values(e.get("vector"), &format!("{at}.vector"))?;
-            Ok((name.to_string(), values))
+            Ok((name, values))
         })
         .collect()
+}
+
+/// An inline vector entry's `propertyName` (`at`: the entry's path): a property name like
+/// any other (non-empty, not reserved, at most `MAX_NAME_BYTES`).
+pub fn vector_property_name(name: Option<&str>, at: &str) -> Result<String> {
+    let name = name.filter(|n| !n.is_empty()).ok_or_else(|| {
+        Error::invalid(format!("{at}.propertyName: a non-empty string is required"))
+    })?;
+    crate::model::check_property_name(name)
+        .map_err(|e| Error::invalid(format!("{at}.propertyName: {}", e.message)))?;
+    Ok(name.to_string())
 }
 
 /// A vector's values: 1 to [`MAX_VECTOR_DIMENSIONS`] finite numbers.

@@ -234,23 +234,31 @@ pub struct Record {
 /// of index keys).
 pub const MAX_NAME_BYTES: usize = 1024;
 
-/// Property names are 1 to `MAX_NAME_BYTES` bytes; names starting with `__` are reserved for
-/// system keys.
+/// Property names written are 1 to `MAX_NAME_BYTES` bytes; names starting with `__` are
+/// reserved for system keys.
 pub fn check_property_name(name: &str) -> crate::error::Result<()> {
-    if name.is_empty() {
-        return Err(crate::error::Error::invalid(
-            "property name must not be empty",
-        ));
-    }
+    check_property_name_to_unset(name)?;
     if name.len() > MAX_NAME_BYTES {
         return Err(crate::error::Error::invalid(format!(
             "property name '{}' is longer than {MAX_NAME_BYTES} bytes",
             truncate(name, 64)
         )));
     }
+    Ok(())
+}
+
+/// A property name a write may remove (`null`): any but an empty or reserved one, of any
+/// length, since a store may hold names written before `MAX_NAME_BYTES` bounded them.
+pub fn check_property_name_to_unset(name: &str) -> crate::error::Result<()> {
+    if name.is_empty() {
+        return Err(crate::error::Error::invalid(
+            "property name must not be empty",
+        ));
+    }
     if name.starts_with("__") {
         return Err(crate::error::Error::invalid(format!(
-            "property name '{name}' is reserved: names starting with '__' are system properties"
+            "property name '{}' is reserved: names starting with '__' are system properties",
+            truncate(name, 64)
         )));
     }
     Ok(())

@@ -50,6 +50,9 @@ const QUEUE: usize = 4096;
 /// concurrent writes an inline commit blocks a runtime worker for an fdatasync while other
 /// writes wait behind it, and its groups of one displace group commit (docs/design.md).
 const INLINE_AFTER_ALONE: usize = 16;
+/// The most ops a write may hold to commit on the only runtime worker (`commit_inline`);
+/// larger batches (imports, bulk links) take longer to apply than one fdatasync.
+const ON_WORKER_MAX_OPS: usize = 16;
 /// A checkpoint (a durable redb commit) takes a time that grows with the writes since the
 /// previous one (measured: 0.3-1.8 s after 50-256 MiB of log). Under load it runs on the
 /// applier thread while the writer goes on in the other log segment; when idle, the writer
@@ -270,6 +273,12 @@ impl Published {
     /// Whether the requested checkpoint finished (once).
     fn take_checkpoint_done(&self) -> bool {
         std::mem::take(&mut self.lock().checkpoint_done)
+    }
+
+    /// Whether a commit now would find room without waiting, with half the bounds to spare.
+    fn has_room_to_spare(&self) -> bool {
+        let st = self.lock();
+        st.keys < MAX_PUBLISHED_KEYS / 2 && st.batches.len() < MAX_PUBLISHED_BATCHES / 2
     }
 
     /// Waits while the applier is too far behind; answers false if a drain failed (no more
@@ -734,7 +743,8 @@ impl Store {
     /// (measured ~15% more creates/s at c=1 with two workers, ~6% with one). The worker
     /// thread is blocked meanwhile (one fdatasync, or longer while the applier is behind:
     /// `wait_for_room`); with one worker the runtime goes on elsewhere (`runtime_workers`)
-    /// unless no other request is in flight (`crate::activity`). Otherwise the batch joins the writer's queue and commits with
+    /// unless the write is a request's own small one with no other request in flight
+    /// (`commit_inline`). Otherwise the batch joins the writer's queue and commits with
     /// whatever else is queued (group commit).
     pub async fn write(&self, tenant: Tenant, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
         use std::sync::atomic::Ordering;
@@ -793,12 +803,18 @@ impl Store {
         let Ok(mut core) = self.core.try_lock() else {
             return Inline::Queue(req);
         };
-        if workers == 1 && crate::activity::requests_in_flight() > 1 {
-            // The only worker, and other requests are being served: the runtime's tasks move
-            // to another thread while this one waits for the fdatasync, so they are not held
-            // up. With no other request in flight nothing waits behind this commit, and
-            // blocking the worker saves the hand-offs `block_in_place` costs (a lone client's
-            // create: ~3 context switches instead of ~7.5, docs/design.md "Connections").
+        // With one worker, a request's own small write while no other request is in flight
+        // commits on the worker itself: nothing waits behind it but what arrives during its
+        // fdatasync, and it saves the hand-offs `block_in_place` costs (a lone client's
+        // create: ~3 context switches instead of ~7.5, docs/design.md "Connections"). Anything
+        // else moves the runtime to another thread meanwhile: other requests in flight, a
+        // background task's write (tenant reclaim, expiry), a large batch, or an applier far
+        // enough behind that the commit may wait for room.
+        let on_worker = workers > 1
+            || (crate::activity::only_this_request()
+                && req.ops.len() <= ON_WORKER_MAX_OPS
+                && self.published.has_room_to_spare());
+        if !on_worker {
             tokio::task::block_in_place(|| core.commit_group(vec![req]));
             Inline::CommittedRuntimeMoved
         } else {
@@ -845,9 +861,9 @@ enum Inline {
 /// current-thread runtime or no runtime: no write commits inline there). With two or more
 /// workers an inline commit blocks one while the others serve connections; with one
 /// (`config::Runtime` on 2 CPUs) it commits in `block_in_place`, which hands the runtime to
-/// another thread meanwhile, while other requests are in flight (they would wait otherwise);
-/// with none in flight it blocks the worker: a request arriving meanwhile waits at most that
-/// fdatasync, as it would behind any request on the one worker.
+/// another thread meanwhile, unless it is a request's own small write with no other request
+/// in flight (`Store::commit_inline`): then it blocks the worker, and a request arriving
+/// meanwhile waits for that one commit, as it would behind any request on the one worker.
 fn runtime_workers() -> Option<usize> {
     let h = tokio::runtime::Handle::try_current().ok()?;
     (h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)

@@ -25,8 +25,6 @@ pub async fn accept(listener: &tokio::net::TcpListener, what: &str) -> tokio::ne
     }
 }
 
-/// The error of a request that ran past its time budget (`limits.request_timeout_ms`), the
-/// same on every front-end.
 /// A header's value as text. A tenant name may be any UTF-8 string; a value that is not UTF-8
 /// is a 400 naming the header. It is never read as if the header were absent (a transaction
 /// header that cannot be read must not let its write commit outside the transaction).
@@ -35,6 +33,8 @@ pub fn header_text<'a>(name: &str, value: &'a [u8]) -> Result<&'a str> {
         .map_err(|_| Error::invalid(format!("{name}: the header's value is not valid UTF-8")))
 }
 
+/// The error of a request that ran past its time budget (`limits.request_timeout_ms`), the
+/// same on every front-end.
 pub fn over_budget(budget: std::time::Duration) -> Error {
     Error::new(
         crate::error::ErrorCode::Timeout,

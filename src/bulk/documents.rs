@@ -6,8 +6,8 @@
 //! is a *container*: each key holds the root record(s) labelled by that key.
 
 use crate::error::{Error, Result};
-use crate::model::check_property_name;
 use crate::model::infer::{infer_value, InferOptions, PropWrites};
+use crate::model::{check_property_name, check_property_name_to_unset};
 use crate::query::check_label;
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -92,7 +92,7 @@ impl Flattener<'_> {
                 // "Unset" (BEHAVIOUR.md §1): nothing on a new record, removes the property
                 // from a record an upsert matches.
                 Value::Null => {
-                    check_property_name(k).map_err(|e| at(&kpath, e))?;
+                    check_property_name_to_unset(k).map_err(|e| at(&kpath, e))?;
                     props.insert(k.clone(), None);
                 }
                 _ => {

@@ -50,7 +50,7 @@ impl Options {
             match_on: o.merge_by.clone().unwrap_or_default(),
             strategy,
         });
-        let relationship_type = super::relationships::rel_type(
+        let relationship_type = super::relationships::new_rel_type(
             o.relationship_type.as_deref(),
             "options.relationshipType",
         )?;

@@ -29,7 +29,8 @@ fn ref_id(id: Option<String>, record: Option<RecordRef>) -> Result<Uuid> {
             }
             Ok(a)
         }
-        (Some(id), None) | (None, Some(RecordRef { id })) => parse_uuid_v7(&id, "id"),
+        (Some(id), None) => parse_uuid_v7(&id, "id"),
+        (None, Some(RecordRef { id })) => parse_uuid_v7(&id, "record.id"),
         (None, None) => Err(Error::invalid("id is required")),
     }
 }
@@ -79,19 +80,21 @@ impl Engine {
             .flatten()
             .enumerate()
             .map(|(i, v)| {
-                let name = v
-                    .property_name
-                    .clone()
-                    .filter(|n| !n.is_empty())
-                    .ok_or_else(|| {
-                        Error::invalid(format!(
-                            "vectors[{i}].propertyName: a non-empty string is required"
-                        ))
-                    })?;
+                let name = bulk::vector_property_name(
+                    v.property_name.as_deref(),
+                    &format!("vectors[{i}]"),
+                )?;
                 bulk::check_vector(&v.vector, &format!("vectors[{i}].vector"))?;
                 Ok((name, v.vector.clone()))
             })
             .collect::<Result<Vec<_>>>()?;
+        // A replace removes every property not given: one that gives none at all is more
+        // likely a client's omission than a request to empty the record (`{}` says that).
+        if p.mode == PutMode::Replace && p.properties.is_none() && p.typed_properties.is_none() {
+            return Err(Error::invalid(
+                "properties is required to replace a record (send {} to remove every property)",
+            ));
+        }
         let mut props = infer_map(&p.properties.unwrap_or_default(), opts.flatten.infer)?;
         apply_explicit(
             &mut props,

@@ -56,19 +56,27 @@ fn ids(v: &OneOrMany, what: &str) -> Result<Vec<Uuid>> {
 }
 
 /// A relationship type as given (canonical spelling of the default type), the default when
-/// absent; empty or longer than `MAX_NAME_BYTES` is a 400 naming `what`.
+/// absent; empty is a 400 naming `what`. For types that are looked up (search, unlink, a
+/// policy's denied types): any length, as a store may hold.
 pub(super) fn rel_type(t: Option<&str>, what: &str) -> Result<String> {
     match t {
         None => Ok(DEFAULT_RELATION_TYPE.to_string()),
         Some("") => Err(Error::invalid(format!(
             "{what} must not be an empty string"
         ))),
+        Some(t) => Ok(canonical_type(t).to_string()),
+    }
+}
+
+/// A relationship type about to be written: `rel_type`, and at most `MAX_NAME_BYTES`.
+pub(super) fn new_rel_type(t: Option<&str>, what: &str) -> Result<String> {
+    match t {
         Some(t) if t.len() > crate::model::MAX_NAME_BYTES => Err(Error::invalid(format!(
             "{what} '{}' is longer than {} bytes",
             crate::model::truncate(t, 64),
             crate::model::MAX_NAME_BYTES
         ))),
-        Some(t) => Ok(canonical_type(t).to_string()),
+        t => rel_type(t, what),
     }
 }
 
@@ -160,7 +168,7 @@ impl Engine {
     ) -> Result<Outcome> {
         let sources = ids(&c.source_ids, "sourceIds")?;
         let targets = ids(&c.target_ids, "targetIds")?;
-        let ty = rel_type(c.relation_type.as_deref(), "type")?;
+        let ty = new_rel_type(c.relation_type.as_deref(), "type")?;
         let dir = direction(c.direction.as_deref(), "direction")?.unwrap_or(Direction::Out);
         let props = rel_props(c.properties.as_ref())?;
         self.require_tenant(&tenant, sources[0], sink)?;
@@ -234,7 +242,8 @@ impl Engine {
         let dir = direction(c.direction.as_deref(), "direction")?.unwrap_or(Direction::Out);
         let ty = match (&c.relation_type, unlink) {
             (None, true) => None,
-            (t, _) => Some(rel_type(t.as_deref(), "type")?),
+            (t, true) => Some(rel_type(t.as_deref(), "type")?),
+            (t, false) => Some(new_rel_type(t.as_deref(), "type")?),
         };
         let props = rel_props(c.properties.as_ref())?;
         let Some(t) = self.store.tenant_id(&tenant) else {
@@ -502,12 +511,12 @@ pub(super) struct RelSpec {
 /// A type list of relationship search: what `protocol::string_list` takes, or `{$in: [...]}`.
 fn string_list(v: &Value, what: &str) -> Result<Vec<String>> {
     match v {
-        Value::Object(m) => match m.get("$in").or_else(|| m.get("$eq")) {
+        Value::Object(m) => match m.iter().next().filter(|(k, _)| *k == "$in" || *k == "$eq") {
             // As in record filters (BEHAVIOUR §2): `$in: []` would match nothing.
-            Some(Value::Array(a)) if m.len() == 1 && a.is_empty() => Err(Error::invalid(format!(
-                "{what}.$in: must list at least one value"
-            ))),
-            Some(x) if m.len() == 1 => string_list(x, what),
+            Some((op, Value::Array(a))) if m.len() == 1 && a.is_empty() => Err(Error::invalid(
+                format!("{what}.{op}: must list at least one value"),
+            )),
+            Some((_, x)) if m.len() == 1 => string_list(x, what),
             _ => Err(Error::invalid(format!(
                 "{what}: expected a string, an array of strings or {{$in: [...]}}"
             ))),

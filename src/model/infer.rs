@@ -1,7 +1,9 @@
 //! Turning client JSON into typed property values (BEHAVIOUR.md §1): inference for `data`
 //! maps, and conversion with validation for explicit `properties: [{name, type, value}]`.
 
-use super::{check_property_name, datetime, PropType, PropValue, Scalar};
+use super::{
+    check_property_name, check_property_name_to_unset, datetime, PropType, PropValue, Scalar,
+};
 use crate::error::{Error, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -158,7 +160,10 @@ pub fn infer_value(name: &str, v: &Value, opts: InferOptions) -> Result<Option<P
 pub fn infer_map(data: &serde_json::Map<String, Value>, opts: InferOptions) -> Result<PropWrites> {
     let mut out = PropWrites::new();
     for (k, v) in data {
-        check_property_name(k)?;
+        match v {
+            Value::Null => check_property_name_to_unset(k)?,
+            _ => check_property_name(k)?,
+        }
         out.insert(k.clone(), infer_value(k, v, opts)?);
     }
     Ok(out)

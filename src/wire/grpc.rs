@@ -232,10 +232,8 @@ pub async fn serve(
         .prepare();
     let handler = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let deadline = deadline(req.headers());
-        let serving = crate::activity::serving();
-        let call = tonic::codegen::Service::call(&mut routes.clone(), req);
+        let call = crate::activity::serve(tonic::codegen::Service::call(&mut routes.clone(), req));
         async move {
-            let _serving = serving;
             let Some(d) = deadline else { return call.await };
             match tokio::time::timeout(d, call).await {
                 Ok(answer) => answer,

@@ -279,7 +279,6 @@ pub async fn handle(
     state: Arc<HttpState>,
     req: Request<Incoming>,
 ) -> std::result::Result<HttpResponse, std::convert::Infallible> {
-    let _serving = crate::activity::serving();
     let start = Instant::now();
     let method = method_name(req.method());
     let timeout = Duration::from_millis(state.limits.request_timeout_ms);
@@ -299,6 +298,7 @@ pub async fn handle(
             Err(e) => ("body", early_error(&e)),
         }
     };
+    let work = crate::activity::serve(work);
     let (route, resp) = match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
         Err(_) => ("timeout", early_error(&super::over_budget(timeout))),

@@ -977,9 +977,17 @@ def test_protocol_id_and_record_id_must_agree(module_api):
     label = unique("IDR")
     a, b = module_api.create(label, {"n": 1}), module_api.create(label, {"n": 2})
     with unchanged(module_api):
-        for kind in ("deleteRecord",):
-            r = module_api.protocol({"kind": "mutate", "mutation": {"kind": kind, "id": a, "record": {"id": b}}})
+        for extra in ({"kind": "deleteRecord"}, {"kind": "retypeRecord", "fromLabel": label, "toLabel": label + "X"}):
+            r = module_api.protocol({"kind": "mutate", "mutation": {**extra, "id": a, "record": {"id": b}}})
             assert_protocol_error(r, 400, "invalid_argument", message_contains=["record.id"])
+        r = module_api.protocol({"kind": "mutate", "mutation": {"kind": "deleteRecord", "record": {"id": "nope"}}})
+        assert_protocol_error(r, 400, "invalid_argument", message_contains=["record.id"])
+        # A replace that gives no properties at all is refused; `{}` empties the record.
+        r = module_api.protocol({"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "replace", "id": a}})
+        assert_protocol_error(r, 400, "invalid_argument", message_contains=["properties is required"])
+    r = module_api.protocol({"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "replace", "id": b,
+                                                             "properties": {}}})
+    assert r.status_code == 200 and module_api.record(b).get("n") is None, r.text
     r = module_api.protocol({"kind": "mutate", "mutation": {"kind": "deleteRecord", "id": a, "record": {"id": a.upper()}}})
     assert r.status_code == 200 and r.json()["response"]["affected"] == 1, r.text
     assert module_api.get(f"/api/v1/records/{b}").status_code == 200

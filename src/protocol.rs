@@ -5,6 +5,7 @@
 //! absent; a known field with the wrong type fails decoding (a 400 naming the field).
 
 pub mod render;
+pub mod strict;
 
 use crate::model::infer::PropertyInput;
 use serde::Deserialize;
@@ -27,7 +28,7 @@ const PATH_MARK: char = '\u{1}';
 
 /// Decodes a payload with path tracking, for use inside a `Deserialize` impl.
 fn sub<T: serde::de::DeserializeOwned, E: serde::de::Error>(v: Value) -> Result<T, E> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
+    serde_path_to_error::deserialize(strict::Strict(v)).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let (inner_path, msg) = split_marked(&inner);
@@ -826,7 +827,7 @@ pub fn string_list(v: &Value, what: &str) -> crate::error::Result<Vec<String>> {
 }
 
 pub fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> crate::error::Result<T> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
+    serde_path_to_error::deserialize(strict::Strict(v)).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let (inner_path, msg) = split_marked(&inner);

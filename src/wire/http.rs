@@ -222,6 +222,9 @@ pub(crate) fn decode_json_body<T: serde::de::DeserializeOwned>(
     limits: &Limits,
 ) -> Result<T> {
     let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    // serde's structs also read an array by position; only the two-step path refuses one
+    // given for an object (`protocol::strict`): a body with no `[` has no array at all.
+    let object = object && !body.contains(&b'[');
     // serde_json refuses a value nested 128 deep when it keeps it but not when it skips an
     // ignored field: the direct path takes only bodies less deep than that.
     let depth = limits.max_json_depth.min(127);

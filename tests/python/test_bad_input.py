@@ -472,3 +472,21 @@ def test_names_longer_than_1024_bytes_are_refused(api, seeded):
     # Looking a type up is not bounded (a store may hold longer ones, written before the bound).
     r = api.post("/api/v1/relationships/search", {"where": {"type": long}})
     assert r.status_code == 200 and r.json()["data"]["total"] == 0, r.text
+
+
+def test_an_array_given_for_an_object_is_refused(api, seeded):
+    # serde's structs also read an array by position: `options: [false, false, true, ...]` set
+    # suggestTypes=false and returnResult=true, and a query document given as an array was run.
+    with unchanged(api):
+        r = api.post("/api/v1/records", {"label": "POS", "data": {"n": "12"}, "options": [False, False, True, None, True]})
+        assert_rest_error(r, 400, "invalid_argument", message_contains=["options", "sequence"])
+        r = api.post("/api/v1/relationships/search", {"source": []})
+        assert r.status_code == 400, r.text
+        r = api.protocol({"kind": "query", "query": {"kind": "records", "query": [[SEED_LABEL], {"i": 1}]}})
+        assert_protocol_error(r, 400, "invalid_argument", message_contains=["query", "sequence"])
+        r = api.protocol({"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "create", "label": "POS",
+                                                         "properties": {"n": 1}, "options": []}})
+        assert_protocol_error(r, 400, "invalid_argument", message_contains=["options"])
+    # Arrays where arrays belong still decode.
+    r = api.post("/api/v1/records/search", {"labels": [SEED_LABEL], "where": {"i": {"$in": [1, 2]}}})
+    assert r.status_code == 200 and len(r.json()["data"]) == 2, r.text

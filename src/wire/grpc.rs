@@ -93,6 +93,29 @@ pub fn status(e: &Error) -> Status {
     s
 }
 
+/// tonic answers a request message it cannot decode (not protobuf, a string field that is not
+/// UTF-8) with INTERNAL, which this engine keeps for its own faults: it is the client's input,
+/// `invalid_argument` (INVALID_ARGUMENT).
+fn undecodable(s: &Status) -> Option<Error> {
+    (s.code() == tonic::Code::Internal && s.message().starts_with("failed to decode Protobuf"))
+        .then(|| {
+            Error::invalid(format!(
+                "the request message is not a valid Envelope: {}",
+                s.message()
+            ))
+        })
+}
+
+/// An answer tonic built from a decoding failure, as `undecodable` says it should be.
+fn undecodable_is_invalid(
+    resp: hyper::Response<tonic::body::Body>,
+) -> hyper::Response<tonic::body::Body> {
+    match Status::from_header_map(resp.headers()).and_then(|s| undecodable(&s)) {
+        Some(e) => status(&e).into_http(),
+        None => resp,
+    }
+}
+
 fn bearer(md: &MetadataMap) -> Option<String> {
     let v = md.get("authorization")?.to_str().ok()?;
     let t = v
@@ -154,12 +177,25 @@ impl EngineService for GrpcEngine {
     ) -> Result<Response<pb::IngestSummary>, Status> {
         let (md, _, mut stream) = req.into_parts();
         let mut sum = pb::IngestSummary::default();
-        while let Some(env) = stream.next().await {
-            let env = self.envelope(&md, env?).map_err(|e| status(&e))?;
+        while let Some(item) = stream.next().await {
+            // Every failure names its batch and what is committed before it.
+            let n = sum.batches;
+            let failed = |e: Error| {
+                let message = format!(
+                    "batch {} failed (the {n} before it are committed): {}",
+                    n + 1,
+                    e.message
+                );
+                status(&Error::new(e.code, message))
+            };
+            let env = match item {
+                Ok(env) => env,
+                Err(s) => return Err(undecodable(&s).map_or(s, failed)),
+            };
+            let env = self.envelope(&md, env).map_err(failed)?;
             if !matches!(env.operation, Operation::Ingest(_)) {
-                return Err(status(&Error::invalid(format!(
-                    "Ingest takes `ingest` operations; batch {} is {}",
-                    sum.batches + 1,
+                return Err(failed(Error::invalid(format!(
+                    "Ingest takes `ingest` operations, not {}",
                     env.operation.name()
                 ))));
             }
@@ -179,15 +215,7 @@ impl EngineService for GrpcEngine {
                         "ingest answered {other:?}"
                     ))))
                 }
-                Err(e) => {
-                    let message = format!(
-                        "batch {} failed (the {} before it are committed): {}",
-                        sum.batches + 1,
-                        sum.batches,
-                        e.message
-                    );
-                    return Err(status(&Error::new(e.code, message)));
-                }
+                Err(e) => return Err(failed(e)),
             }
         }
         Ok(Response::new(sum))
@@ -233,6 +261,7 @@ pub async fn serve(
     let handler = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let deadline = deadline(req.headers());
         let call = crate::activity::serve(tonic::codegen::Service::call(&mut routes.clone(), req));
+        let call = async move { call.await.map(undecodable_is_invalid) };
         async move {
             let Some(d) = deadline else { return call.await };
             match tokio::time::timeout(d, call).await {

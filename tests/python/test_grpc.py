@@ -266,3 +266,31 @@ def test_limits_apply_over_grpc_as_over_http(engine_factory, pb, tmp_path):
     assert r.status_code == 408 and r.json()["error"]["code"] == "timeout"
     r = e.client().post("/api/v1/records/search", json={"labels": [label], "where": {"s": {"$contains": "zz"}}})
     assert r.status_code == 408 and r.json()["success"] is False, r.text
+
+
+def test_a_message_that_is_not_an_envelope_is_invalid_argument(module_engine, pb):
+    # tonic answers a message it cannot decode with INTERNAL; that is the client's input.
+    channel = grpc.insecure_channel(module_engine.grpc_target)
+    raw_unary = channel.unary_unary("/engine.v1.Engine/Execute", request_serializer=None,
+                                    response_deserializer=None)
+    good = env(pb, {"kind": "describe", "describe": {"kind": "labels"}}).SerializeToString()
+    not_utf8 = b"\x08\x01" + b"\x1a\x12" + b'{"kind":"query\xff"}'
+    for raw in (b"\xff\xff\xff", good[:-3], not_utf8):
+        code, details, ec = error_of(lambda: raw_unary(raw, metadata=meta(), timeout=30))
+        assert (code, ec) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"), (raw, code, details)
+        assert "not a valid Envelope" in details
+    # Mid-stream on Ingest: the batch is named with what is committed before it.
+    raw_stream = channel.stream_unary("/engine.v1.Engine/Ingest", request_serializer=None,
+                                      response_deserializer=None)
+    label = unique("GRAW")
+    batch = env(pb, {"kind": "ingest", "ingest": {"kind": "documents", "label": label,
+                                                  "documents": [{"a": 1}]}}).SerializeToString()
+    code, details, ec = error_of(lambda: raw_stream(iter([batch, b"\xff\xff\xff"]), metadata=meta(), timeout=30))
+    assert (code, ec) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"), details
+    assert "batch 2 failed (the 1 before it are committed)" in details
+    wrong = env(pb, {"kind": "ingest", "ingest": {"kind": "documents", "label": label, "documents": [{"a": 2}]}},
+                version=2).SerializeToString()
+    code, details, _ = error_of(lambda: raw_stream(iter([batch, wrong]), metadata=meta(), timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "batch 2 failed (the 1 before it are committed)" in details
+    r = run(stub(module_engine, pb), pb, {"kind": "describe", "describe": {"kind": "labels", "query": {"labels": [label]}}})
+    assert r["counts"] == {label: 2}  # the first batch of each stream

@@ -42,6 +42,9 @@ fn sign(secret: &[u8], claims_segment: &str) -> HmacSha256 {
 }
 
 /// A token for these claims (the operator's helper; the server issues none).
+/// The shortest capability secret `serve` takes (128 bits).
+pub const MIN_SECRET_BYTES: usize = 16;
+
 pub fn mint(secret: &[u8], claims: &Value) -> String {
     let segment = URL_SAFE_NO_PAD.encode(claims.to_string());
     let sig = sign(secret, &segment).finalize().into_bytes();
@@ -86,8 +89,10 @@ pub fn verify(secret: &[u8], token: &str, now: i64) -> Result<Claims, &'static s
     let raw = URL_SAFE_NO_PAD
         .decode(segment)
         .map_err(|_| "malformed claims")?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|_| "malformed claims")?;
-    let m = v.as_object().ok_or("malformed claims")?;
+    // A claim given twice is refused: a reader that takes the first would see other claims
+    // than this one, which takes the last.
+    let UniqueKeys(m) = serde_json::from_slice(&raw).map_err(|_| "malformed claims")?;
+    let m = &m;
     let text = |k: &str| -> Result<Option<String>, &'static str> {
         match m.get(k) {
             None | Some(Value::Null) => Ok(None),
@@ -112,6 +117,35 @@ pub fn verify(secret: &[u8], token: &str, now: i64) -> Result<Claims, &'static s
         iat: int("iat")?,
         exp,
     })
+}
+
+/// A JSON object whose keys are all different (a repeated key fails decoding).
+struct UniqueKeys(serde_json::Map<String, Value>);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = UniqueKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object with distinct keys")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<UniqueKeys, A::Error> {
+                let mut m = serde_json::Map::new();
+                while let Some((k, v)) = a.next_entry::<String, Value>()? {
+                    if m.contains_key(&k) {
+                        return Err(serde::de::Error::custom(format!("claim `{k}` given twice")));
+                    }
+                    m.insert(k, v);
+                }
+                Ok(UniqueKeys(m))
+            }
+        }
+        d.deserialize_map(Keys)
+    }
 }
 
 pub fn now() -> i64 {
@@ -174,6 +208,34 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_claim_given_twice_is_refused() {
+        let secret = decode_hex(VECTOR_SECRET).unwrap();
+        let signed = |raw: &str| {
+            let segment = URL_SAFE_NO_PAD.encode(raw);
+            let sig = URL_SAFE_NO_PAD.encode(sign(&secret, &segment).finalize().into_bytes());
+            format!("{segment}.{sig}")
+        };
+        let once = r#"{"sub":"t","scope":"read","tenant":"a","exp":4102444800}"#;
+        assert_eq!(
+            verify(&secret, &signed(once), 1_800_000_000)
+                .unwrap()
+                .tenant
+                .as_deref(),
+            Some("a")
+        );
+        for twice in [
+            r#"{"sub":"t","scope":"read","tenant":"b","tenant":"a","exp":4102444800}"#,
+            r#"{"sub":"t","scope":"read","scope":"read write","exp":4102444800}"#,
+            r#"{"sub":"t","scope":"read","exp":1,"exp":4102444800}"#,
+        ] {
+            assert_eq!(
+                verify(&secret, &signed(twice), 1_800_000_000).unwrap_err(),
+                "malformed claims"
+            );
         }
     }
 

@@ -61,10 +61,19 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
     }
     file.validate()?;
     let capability_secret = match args.capability_secret {
-        Some(hex) => Some(
-            crate::auth::decode_hex(&hex)
-                .ok_or("the capability secret must be an even-length hex string")?,
-        ),
+        Some(hex) => {
+            let secret = crate::auth::decode_hex(&hex)
+                .ok_or("the capability secret must be an even-length hex string")?;
+            // A short key can be found by trying them all, and with it any token forged.
+            if secret.len() < crate::auth::MIN_SECRET_BYTES {
+                return Err(format!(
+                    "the capability secret is {} bytes; it must be at least {} (generate one with `openssl rand -hex 32`)",
+                    secret.len(),
+                    crate::auth::MIN_SECRET_BYTES
+                ));
+            }
+            Some(secret)
+        }
         None => None,
     };
     Ok(ServerConfig {

@@ -92,6 +92,28 @@ def test_published_vector_is_accepted(tmp_path):
         assert e.stop() == 0
 
 
+def test_a_short_capability_secret_is_refused(tmp_path):
+    # A 1-byte key is found by trying 256, and with it any token forged.
+    from conftest import run_engine
+
+    for short in ("00", "5ec2e7" * 2 + "5e"):  # 1 and 7 bytes
+        p = run_engine(["serve", "--data-dir", str(tmp_path / "d"), "--http-addr", "127.0.0.1:0",
+                        "--grpc-addr", "127.0.0.1:0", "--capability-secret", short])
+        assert p.returncode != 0 and p.stdout == "", p.stdout
+        assert "at least 16" in p.stderr, p.stderr
+
+
+def test_a_claim_given_twice_is_refused(single):
+    # A control plane reading the first `tenant` would see another tenant than this engine,
+    # which would take the last: such tokens are refused.
+    now = int(time.time())
+    for raw in ('{"sub":"t","scope":"read write","tenant":"b","tenant":"a","exp":%d}' % (now + 3600),
+                '{"sub":"t","scope":"read","scope":"read write","exp":%d}' % (now + 3600)):
+        seg = b64(raw.encode())
+        tok = f"{seg}.{b64(hmac.new(bytes.fromhex(SECRET), seg.encode(), hashlib.sha256).digest())}"
+        assert_rest_error(call(single, tok, "POST", "/api/v1/records/search", {}), 401, "unauthenticated")
+
+
 def test_cli_minted_token_works(single):
     env = engine_env()
     env["SERVICE_CAPABILITY_SECRET"] = SECRET

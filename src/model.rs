@@ -238,9 +238,14 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// reserved for system keys.
 pub fn check_property_name(name: &str) -> crate::error::Result<()> {
     check_property_name_to_unset(name)?;
+    check_name_length("property name", name)
+}
+
+/// A name about to be written (`what` names it in the error) is at most `MAX_NAME_BYTES`.
+pub fn check_name_length(what: &str, name: &str) -> crate::error::Result<()> {
     if name.len() > MAX_NAME_BYTES {
         return Err(crate::error::Error::invalid(format!(
-            "property name '{}' is longer than {MAX_NAME_BYTES} bytes",
+            "{what} '{}' is longer than {MAX_NAME_BYTES} bytes",
             truncate(name, 64)
         )));
     }

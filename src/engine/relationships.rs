@@ -70,14 +70,10 @@ pub(super) fn rel_type(t: Option<&str>, what: &str) -> Result<String> {
 
 /// A relationship type about to be written: `rel_type`, and at most `MAX_NAME_BYTES`.
 pub(super) fn new_rel_type(t: Option<&str>, what: &str) -> Result<String> {
-    match t {
-        Some(t) if t.len() > crate::model::MAX_NAME_BYTES => Err(Error::invalid(format!(
-            "{what} '{}' is longer than {} bytes",
-            crate::model::truncate(t, 64),
-            crate::model::MAX_NAME_BYTES
-        ))),
-        t => rel_type(t, what),
+    if let Some(t) = t {
+        crate::model::check_name_length(what, t)?;
     }
+    rel_type(t, what)
 }
 
 fn direction(d: Option<&str>, what: &str) -> Result<Option<Direction>> {

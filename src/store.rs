@@ -469,6 +469,87 @@ fn applier_loop(p: Arc<Published>) {
     }
 }
 
+/// Prefix of the name a new store file is built under before it takes its real name.
+const CREATING_PREFIX: &str = "engine.redb.creating.";
+
+/// Creates an empty store file at `path` so that `path` never names a half-written file.
+///
+/// Invariant: `engine.redb` exists only as a whole redb file. redb sizes a new file before
+/// it writes the header, so a process killed inside `create` left a file of zeroes under
+/// the store's name, which no later start could open ("magic number mismatch"). The file
+/// is built under `engine.redb.creating.<pid>`, synced, and then linked to its real name;
+/// linking fails if the name exists, so two servers started at once on a new directory
+/// end up with one store. Leftovers of killed starts are removed.
+fn create_store_file(dir: &Path, path: &Path) -> Result<()> {
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        startup(format!(
+            "cannot create store {}: {what}: {e}",
+            path.display()
+        ))
+    };
+    remove_creating_leftovers(dir);
+    let tmp = dir.join(format!("{CREATING_PREFIX}{}", std::process::id()));
+    // A file of this name is a leftover of an earlier process with our pid.
+    let _ = std::fs::remove_file(&tmp);
+    drop(redb::Database::create(&tmp).map_err(|e| failed("create", &e))?);
+    let synced = std::fs::File::open(&tmp).and_then(|f| f.sync_all());
+    synced.map_err(|e| failed("sync", &e))?;
+    let linked = match std::fs::hard_link(&tmp, path) {
+        Ok(()) => Ok(()),
+        // Another server created it first: open that one.
+        Err(_) if path.exists() => Ok(()),
+        // A file system without hard links: a rename is as atomic, though it would replace
+        // a store another server created in the same instant.
+        Err(_) => std::fs::rename(&tmp, path),
+    };
+    let _ = std::fs::remove_file(&tmp);
+    linked.map_err(|e| failed("link", &e))?;
+    let synced = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    synced.map_err(|e| failed("sync the data directory", &e))
+}
+
+/// Removes a store file that redb never finished creating, and says whether it did.
+///
+/// redb sizes a new file and writes its header before it writes the magic number, so a
+/// start killed inside `create` left a file without the magic number under the store's
+/// name, which no later start could open ("magic number mismatch"); builds since create the
+/// file under a temporary name. Such a file never held a commit when no redo-log segment
+/// exists beside it either (the segments are created only after the store file opened), so
+/// it is replaced. Any other unreadable file is left for the operator: redb's error names it.
+fn remove_if_never_written(dir: &Path, path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 9];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut magic));
+    if read.is_err() || magic != [0; 9] {
+        return false;
+    }
+    if wal::SEGMENT_FILES.iter().any(|f| dir.join(f).exists()) {
+        return false;
+    }
+    crate::log::warn(&format!(
+        "store file {} was never finished (a first start was killed while creating it) and holds no data; creating it anew",
+        path.display()
+    ));
+    std::fs::remove_file(path).is_ok()
+}
+
+/// Removes store files left half-built by starts that were killed (their process is gone).
+fn remove_creating_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(CREATING_PREFIX)) else {
+            continue;
+        };
+        let gone = !Path::new("/proc").join(pid).exists() && Path::new("/proc/self").exists();
+        if gone {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 fn startup(msg: impl Into<String>) -> Error {
     Error::new(crate::error::ErrorCode::Internal, msg)
 }
@@ -518,9 +599,12 @@ impl Store {
             ))
         })?;
         let path = dir.join("engine.redb");
+        if !path.exists() || remove_if_never_written(dir, &path) {
+            create_store_file(dir, &path)?;
+        }
         let db = redb::Database::builder()
             .set_cache_size(usize::try_from(cache_mb << 20).unwrap_or(usize::MAX))
-            .create(&path)
+            .open(&path)
             .map_err(|e| startup(format!("cannot open store {}: {e}", path.display())))?;
         let (mut wal, frames) = wal::Wal::open(dir)?;
         let mut txn = db.begin_write()?;

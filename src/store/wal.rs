@@ -64,7 +64,7 @@ struct Segment {
 }
 
 /// The segments' file names; the first is the name a single-file log had.
-const SEGMENT_FILES: [&str; 2] = ["wal.log", "wal.1.log"];
+pub(crate) const SEGMENT_FILES: [&str; 2] = ["wal.log", "wal.1.log"];
 
 /// A replayable frame.
 pub struct Frame {

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from conftest import DEV_TOKEN, ENGINE_BIN, ROOT, engine_env, run_engine, unique
+from conftest import DEV_TOKEN, ENGINE_BIN, ROOT, EngineProcess, engine_env, run_engine, unique
 
 N = 300
 WORKERS = 16
@@ -249,6 +249,61 @@ def test_sigterm_right_after_listening_line_exits_0(tmp_path):
                 p.wait()
             p.stdout.close()
     assert codes == [0] * len(codes)
+
+
+def test_first_start_killed_at_any_moment_leaves_a_startable_directory(tmp_path):
+    """kill -9 during the very first start of an empty data directory, at delays spread
+    over the whole start (store file creation included); every directory starts again and
+    takes a write. redb sizes a new file before it writes its magic number, so a kill
+    inside its `create` used to leave a store file no later start could open."""
+    failures = []
+    for i in range(40):
+        data = tmp_path / f"d{i}"
+        p = subprocess.Popen([ENGINE_BIN, "serve", "--data-dir", str(data), "--http-addr", "127.0.0.1:0",
+                              "--grpc-addr", "127.0.0.1:0"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                             env=engine_env())
+        time.sleep(i * 0.001)
+        p.kill()
+        p.wait()
+        e = EngineProcess(data, tmp_path)
+        try:
+            e.start()
+            api = e.client()
+            rid = api.create("Fresh", {"i": i})
+            assert api.record(rid)["i"] == i
+        except Exception as ex:  # noqa: BLE001 - collected and reported together
+            failures.append((i, repr(ex)[:300]))
+        finally:
+            if e.running:
+                e.kill9()
+    assert failures == []
+
+
+def test_store_file_a_killed_first_start_left_is_created_anew(engine_factory):
+    """A store file without redb's magic number and with no redo log beside it is what a
+    first start killed by an older build left: it never held data and is replaced."""
+    data = engine_factory.new_dir()
+    data.mkdir(parents=True)
+    (data / "engine.redb").write_bytes(bytes(1 << 20))
+    e = engine_factory.start(data)
+    assert "was never finished" in e.log()
+    api = e.client()
+    rid = api.create("Fresh", {"n": 1})
+    e.crash_restart()
+    assert e.client().record(rid)["n"] == 1
+
+
+def test_unreadable_store_file_is_left_alone(tmp_path):
+    """Any other store file redb cannot read is refused by name and not touched."""
+    data = tmp_path / "data"
+    data.mkdir()
+    junk = b"not a store" * 1000
+    (data / "engine.redb").write_bytes(junk)
+    r = _serve(tmp_path, "--data-dir", str(data), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0")
+    assert r.returncode == 1
+    assert any("engine.redb" in m and "magic number" in m for m in _error_messages(r.stderr)), r.stderr
+    assert (data / "engine.redb").read_bytes() == junk
 
 
 # ---------------------------------------------------------------------------------------

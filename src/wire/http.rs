@@ -301,7 +301,9 @@ pub async fn handle(
             Err(e) => ("body", early_error(&e)),
         }
     };
-    let work = crate::activity::serve(work);
+    // Boxed: the routes' future is ~8 KiB, and each wrapper below (and hyper, which moves
+    // this handler's future into its connection state) would otherwise copy it again.
+    let work = crate::activity::serve(Box::pin(work));
     let (route, resp) = match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
         Err(_) => ("timeout", early_error(&super::over_budget(timeout))),

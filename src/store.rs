@@ -143,6 +143,9 @@ pub struct Store {
     alone_streak: std::sync::atomic::AtomicUsize,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     applier: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The data directory's lock (`lock_data_dir`), held until the store is dropped (after
+    /// `shutdown`: fields drop after `Drop::drop`).
+    _dir_lock: Option<std::fs::File>,
 }
 
 /// Writes acknowledged and visible but not yet in redb, and the drain that moves them there
@@ -469,17 +472,135 @@ fn applier_loop(p: Arc<Published>) {
     }
 }
 
-/// Prefix of the name a new store file is built under before it takes its real name.
-const CREATING_PREFIX: &str = "engine.redb.creating.";
+/// The file a server holds an exclusive lock on (`flock`) while it has the data directory
+/// open; the lock goes with the process, however it ends.
+const LOCK_FILE: &str = "engine.lock";
 
-/// Creates an empty store file at `path` so that `path` never names a half-written file.
+/// The name a new store file is built under before it takes its real name.
+const CREATING: &str = "engine.redb.creating";
+
+/// Takes the data directory for this process, or refuses when another process has it.
 ///
-/// Invariant: `engine.redb` exists only as a whole redb file. redb sizes a new file before
-/// it writes the header, so a process killed inside `create` left a file of zeroes under
-/// the store's name, which no later start could open ("magic number mismatch"). The file
-/// is built under `engine.redb.creating.<pid>`, synced, and then linked to its real name;
-/// linking fails if the name exists, so two servers started at once on a new directory
-/// end up with one store. Leftovers of killed starts are removed.
+/// Invariant: everything `prepare_store_file` does to the directory's files happens under
+/// this lock, so no two processes ever create, set aside or remove them at once.
+/// In a directory the process cannot write to, an existing lock file is locked read-only;
+/// with none there, it goes on without the lock (it cannot create or move files there
+/// either).
+fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
+    let path = dir.join(LOCK_FILE);
+    let opened = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .or_else(|_| std::fs::File::open(&path));
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) => {
+            crate::log::warn(&format!(
+                "cannot create {} ({e}); going on without the data directory lock",
+                path.display()
+            ));
+            return Ok(None);
+        }
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(startup(format!(
+            "data directory {} is in use by another engine process (it holds {LOCK_FILE})",
+            dir.display()
+        ))),
+        // A file system without locks: redb's own lock on the store file still keeps a
+        // second server out, but not out of the first start's file handling.
+        Err(std::fs::TryLockError::Error(e)) => {
+            crate::log::warn(&format!(
+                "cannot lock {} ({e}); going on without the data directory lock",
+                path.display()
+            ));
+            Ok(Some(file))
+        }
+    }
+}
+
+/// Makes `path` name a whole redb file before redb opens it. Called under the data
+/// directory lock (`lock_data_dir`).
+///
+/// Invariant: `engine.redb` names a whole redb file or something the operator put there;
+/// the engine never deletes a store file. redb sizes a new file and writes its header before
+/// its magic number, so a start killed inside `Database::create` used to leave a file without
+/// the magic number under the store's name, which no later start could open ("magic number
+/// mismatch"). Now a new store is built as `engine.redb.creating`, synced, and renamed into
+/// place. A regular file without the magic number and with no redo-log segment beside it (the
+/// segments are created only after the store opened, so it never held a commit) is what a
+/// killed first start of an older build left: it is renamed to
+/// `engine.redb.unfinished.<unix ms>` and a new store is created. Anything else at the name
+/// (a dangling link, a foreign file) is left for redb's open to refuse by name.
+fn prepare_store_file(dir: &Path, path: &Path) -> Result<()> {
+    let leftover = dir.join(CREATING);
+    match std::fs::remove_file(&leftover) {
+        Ok(()) => crate::log::info(&format!(
+            "removed {}, left by a start that was killed while creating the store",
+            leftover.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(startup(format!(
+                "cannot remove {}: {e}",
+                leftover.display()
+            )))
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_store_file(dir, path),
+        Ok(m) if m.is_file() && never_finished(dir, path) => {
+            let millis = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            let aside = dir.join(format!("engine.redb.unfinished.{millis}"));
+            std::fs::rename(path, &aside).map_err(|e| {
+                startup(format!(
+                    "store file {} was never finished (a first start was killed while creating it), and it cannot be set aside: {e}",
+                    path.display()
+                ))
+            })?;
+            crate::log::warn(&format!(
+                "store file {} was never finished (a first start was killed while creating it) and never held a commit; set aside as {}, creating the store anew",
+                path.display(),
+                aside.display()
+            ));
+            create_store_file(dir, path)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `path` lacks redb's magic number (its first 9 bytes are zero or missing) and no
+/// redo-log segment, not even a dangling link, exists beside it.
+fn never_finished(dir: &Path, path: &Path) -> bool {
+    use std::io::Read;
+    if wal::SEGMENT_FILES
+        .iter()
+        .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
+    {
+        return false;
+    }
+    let mut magic = [0u8; 9];
+    let mut read = 0;
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    while read < magic.len() {
+        match f.read(&mut magic[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(_) => return false,
+        }
+    }
+    magic == [0; 9]
+}
+
+/// Creates an empty redb file at `path`: built under `engine.redb.creating`, synced, then
+/// renamed into place and the directory synced, so `path` never names a half-written file.
 fn create_store_file(dir: &Path, path: &Path) -> Result<()> {
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         startup(format!(
@@ -487,67 +608,13 @@ fn create_store_file(dir: &Path, path: &Path) -> Result<()> {
             path.display()
         ))
     };
-    remove_creating_leftovers(dir);
-    let tmp = dir.join(format!("{CREATING_PREFIX}{}", std::process::id()));
-    // A file of this name is a leftover of an earlier process with our pid.
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = dir.join(CREATING);
     drop(redb::Database::create(&tmp).map_err(|e| failed("create", &e))?);
     let synced = std::fs::File::open(&tmp).and_then(|f| f.sync_all());
     synced.map_err(|e| failed("sync", &e))?;
-    let linked = match std::fs::hard_link(&tmp, path) {
-        Ok(()) => Ok(()),
-        // Another server created it first: open that one.
-        Err(_) if path.exists() => Ok(()),
-        // A file system without hard links: a rename is as atomic, though it would replace
-        // a store another server created in the same instant.
-        Err(_) => std::fs::rename(&tmp, path),
-    };
-    let _ = std::fs::remove_file(&tmp);
-    linked.map_err(|e| failed("link", &e))?;
+    std::fs::rename(&tmp, path).map_err(|e| failed("rename", &e))?;
     let synced = std::fs::File::open(dir).and_then(|d| d.sync_all());
     synced.map_err(|e| failed("sync the data directory", &e))
-}
-
-/// Removes a store file that redb never finished creating, and says whether it did.
-///
-/// redb sizes a new file and writes its header before it writes the magic number, so a
-/// start killed inside `create` left a file without the magic number under the store's
-/// name, which no later start could open ("magic number mismatch"); builds since create the
-/// file under a temporary name. Such a file never held a commit when no redo-log segment
-/// exists beside it either (the segments are created only after the store file opened), so
-/// it is replaced. Any other unreadable file is left for the operator: redb's error names it.
-fn remove_if_never_written(dir: &Path, path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 9];
-    let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut magic));
-    if read.is_err() || magic != [0; 9] {
-        return false;
-    }
-    if wal::SEGMENT_FILES.iter().any(|f| dir.join(f).exists()) {
-        return false;
-    }
-    crate::log::warn(&format!(
-        "store file {} was never finished (a first start was killed while creating it) and holds no data; creating it anew",
-        path.display()
-    ));
-    std::fs::remove_file(path).is_ok()
-}
-
-/// Removes store files left half-built by starts that were killed (their process is gone).
-fn remove_creating_leftovers(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(CREATING_PREFIX)) else {
-            continue;
-        };
-        let gone = !Path::new("/proc").join(pid).exists() && Path::new("/proc/self").exists();
-        if gone {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
 
 fn startup(msg: impl Into<String>) -> Error {
@@ -598,10 +665,9 @@ impl Store {
                 dir.display()
             ))
         })?;
+        let dir_lock = lock_data_dir(dir)?;
         let path = dir.join("engine.redb");
-        if !path.exists() || remove_if_never_written(dir, &path) {
-            create_store_file(dir, &path)?;
-        }
+        prepare_store_file(dir, &path)?;
         let db = redb::Database::builder()
             .set_cache_size(usize::try_from(cache_mb << 20).unwrap_or(usize::MAX))
             .open(&path)
@@ -763,6 +829,7 @@ impl Store {
             alone_streak: Default::default(),
             writer: Mutex::new(Some(writer)),
             applier: Mutex::new(Some(applier)),
+            _dir_lock: dir_lock,
         })
     }
 

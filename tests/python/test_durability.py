@@ -280,18 +280,93 @@ def test_first_start_killed_at_any_moment_leaves_a_startable_directory(tmp_path)
     assert failures == []
 
 
-def test_store_file_a_killed_first_start_left_is_created_anew(engine_factory):
+def test_store_file_a_killed_first_start_left_is_set_aside(engine_factory):
     """A store file without redb's magic number and with no redo log beside it is what a
-    first start killed by an older build left: it never held data and is replaced."""
+    first start killed by an older build left: it never held a commit, so it is set aside
+    (never deleted) and a new store is created."""
     data = engine_factory.new_dir()
     data.mkdir(parents=True)
-    (data / "engine.redb").write_bytes(bytes(1 << 20))
+    unfinished = bytes(1 << 20)
+    (data / "engine.redb").write_bytes(unfinished)
     e = engine_factory.start(data)
     assert "was never finished" in e.log()
+    aside = [p for p in data.iterdir() if p.name.startswith("engine.redb.unfinished.")]
+    assert len(aside) == 1 and aside[0].read_bytes() == unfinished, aside
     api = e.client()
     rid = api.create("Fresh", {"n": 1})
     e.crash_restart()
     assert e.client().record(rid)["n"] == 1
+    assert len([p for p in data.iterdir() if p.name.startswith("engine.redb.unfinished.")]) == 1
+
+
+def test_store_file_without_magic_beside_a_redo_log_is_refused(tmp_path):
+    """With a redo-log segment beside it, a store file may have held commits: refused, and
+    nothing is moved."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "engine.redb").write_bytes(bytes(1 << 16))
+    (data / "wal.log").write_bytes(bytes(4096))
+    r = _serve(tmp_path, "--data-dir", str(data), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0")
+    assert r.returncode == 1
+    assert any("magic number" in m for m in _error_messages(r.stderr)), r.stderr
+    assert sorted(p.name for p in data.iterdir()) == ["engine.lock", "engine.redb", "wal.log"]
+
+
+def test_leftover_of_a_killed_creation_is_removed(engine_factory):
+    e = engine_factory.start()
+    rid = e.client().create("Kept", {"n": 1})
+    e.stop()
+    (e.data_dir / "engine.redb.creating").write_bytes(bytes(4096))
+    e.start()
+    assert not (e.data_dir / "engine.redb.creating").exists()
+    assert e.client().record(rid)["n"] == 1
+
+
+def test_second_server_on_the_same_directory_is_refused(engine_factory, tmp_path):
+    """Servers started at the same instant on one new directory: exactly one serves, the
+    others exit 1 naming the directory, and the store the one serves is whole."""
+    for i in range(5):
+        data = tmp_path / f"d{i}"
+        procs = [subprocess.Popen([ENGINE_BIN, "serve", "--data-dir", str(data), "--http-addr", "127.0.0.1:0",
+                                   "--grpc-addr", "127.0.0.1:0"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                  env=engine_env()) for _ in range(3)]
+        try:
+            refused = []
+            for p in procs:
+                try:
+                    code = p.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    continue
+                refused.append((code, _error_messages(p.stderr.read().decode())))
+            assert len(refused) == 2, refused
+            for code, errors in refused:
+                assert code == 1
+                assert any("is in use by another engine process" in m for m in errors), errors
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+                p.stdout.close()
+                p.stderr.close()
+        e = engine_factory.start(data)
+        rid = e.client().create("Once", {"i": i})
+        e.crash_restart()
+        assert e.client().record(rid)["i"] == i
+        e.kill9()
+
+
+def test_dangling_store_link_is_refused_and_left(tmp_path):
+    """A store file name that is a link to a missing file (an unmounted volume) is not
+    replaced by a new, empty store."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "engine.redb").symlink_to(tmp_path / "elsewhere" / "engine.redb")
+    r = _serve(tmp_path, "--data-dir", str(data), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0")
+    assert r.returncode == 1
+    assert any("engine.redb" in m for m in _error_messages(r.stderr)), r.stderr
+    assert (data / "engine.redb").is_symlink()
 
 
 def test_unreadable_store_file_is_left_alone(tmp_path):

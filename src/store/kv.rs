@@ -565,7 +565,7 @@ mod tests {
         for step in 0..400u32 {
             x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
             let k = vec![((x >> 8) % 12) as u8];
-            if (x >> 4) % 3 == 0 {
+            if (x >> 4).is_multiple_of(3) {
                 ov.delete(k.clone());
                 model.insert(k, None);
             } else {
@@ -686,7 +686,7 @@ mod tests {
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let k = key((x >> 33) % 400);
-                let v = ((x >> 20) % 5 != 0).then(|| format!("b{seq}").into_bytes());
+                let v = (!(x >> 20).is_multiple_of(5)).then(|| format!("b{seq}").into_bytes());
                 writes.insert(k.clone(), v.clone());
                 model.insert(k, v);
             }

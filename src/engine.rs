@@ -308,6 +308,14 @@ impl Engine {
             }
             return Ok(Tenant::Single);
         }
+        // HTTP drops a header value's leading and trailing spaces and tabs, so such a name
+        // would reach one tenant over REST and another over gRPC: refused on every transport.
+        let edge_space = |n: &str| n.starts_with([' ', '\t']) || n.ends_with([' ', '\t']);
+        if header.into_iter().chain(scope).any(edge_space) {
+            return Err(Error::invalid(
+                "tenant must not begin or end with a space or tab (HTTP headers cannot carry them)",
+            ));
+        }
         let name = match env.transport {
             Transport::Rest => header,
             Transport::Protocol | Transport::Grpc => match (header, scope) {

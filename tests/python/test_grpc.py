@@ -10,6 +10,7 @@ import json
 import sys
 
 import grpc
+import requests
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -163,6 +164,25 @@ def test_multitenant_rules_and_capability_tokens_refused(engine_factory, pb):
     token = mint(claims("*", tenant="a"))
     code, details, _ = error_of(lambda: s.Execute(env(pb, q, scope="a"), metadata=meta(token=token, tenant="a")))
     assert code == grpc.StatusCode.UNAUTHENTICATED and "bootstrap" in details
+
+
+def test_tenant_with_edge_whitespace_refused_on_every_transport(engine_factory, pb):
+    """HTTP drops a header value's edge spaces, so " a" would name tenant "a" over REST and
+    " a" over gRPC: refused on both, and the data of "a" is not reached."""
+    e = engine_factory.start(extra_args=["--multitenant"])
+    s = stub(e, pb)
+    q = {"kind": "query", "query": {"kind": "records", "query": {}}}
+    run(s, pb, {"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "create", "label": "T", "properties": {"n": 1}}},
+        tenant="a", scope="a")
+    for name in [" a", "a "]:  # grpcio refuses a tab in metadata itself
+        code, details, ec = error_of(lambda: s.Execute(env(pb, q, scope=name), metadata=meta(tenant=name)))
+        assert (code, ec) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"), (name, details)
+        assert "space or tab" in details
+    r = requests.post(f"{e.url}/protocol/v1/execute", json={"protocolVersion": 1, "context": {"scope": " a"},
+                                                          "operation": q},
+                      headers={"Authorization": f"Bearer {DEV_TOKEN}", "X-Service-Tenant": "a"})
+    assert r.status_code == 400 and "space or tab" in r.text, r.text
+    assert run(s, pb, q, tenant="a", scope="a")["total"] == 1
 
 
 def test_message_size_cap(engine_factory, pb):

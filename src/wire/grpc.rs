@@ -25,8 +25,14 @@ pub mod pb {
 
 use pb::engine_server::{Engine as EngineService, EngineServer};
 
-/// Records per `ExecuteStream` message.
+/// Records per `ExecuteStream` message, at most.
 pub const STREAM_BATCH: usize = 1000;
+
+/// Bytes of record JSON after which an `ExecuteStream` message is closed, whatever its
+/// count: a quarter of the 4 MiB that gRPC clients accept by default (grpcio, grpc-go,
+/// grpc-java), so 1,000 large records never make a message the client refuses. A single
+/// record larger than this travels alone.
+pub const STREAM_BATCH_BYTES: usize = 1 << 20;
 
 pub struct GrpcEngine {
     engine: Arc<Engine>,
@@ -153,13 +159,33 @@ impl EngineService for GrpcEngine {
             .within(self.engine.query_all(env))
             .await
             .map_err(|e| status(&e))?;
-        let mut batches: Vec<pb::RecordBatch> = records
-            .chunks(STREAM_BATCH)
-            .map(|c| pb::RecordBatch {
-                records_json: c.iter().map(|r| render::record(r).to_string()).collect(),
+        let mut batches: Vec<pb::RecordBatch> = Vec::new();
+        let (mut open, mut bytes) = (Vec::new(), 0);
+        for r in &records {
+            let json = render::record(r).to_string();
+            if !open.is_empty() && bytes + json.len() > STREAM_BATCH_BYTES {
+                batches.push(pb::RecordBatch {
+                    records_json: std::mem::take(&mut open),
+                    total: 0,
+                });
+                bytes = 0;
+            }
+            bytes += json.len();
+            open.push(json);
+            if open.len() == STREAM_BATCH {
+                batches.push(pb::RecordBatch {
+                    records_json: std::mem::take(&mut open),
+                    total: 0,
+                });
+                bytes = 0;
+            }
+        }
+        if !open.is_empty() {
+            batches.push(pb::RecordBatch {
+                records_json: open,
                 total: 0,
-            })
-            .collect();
+            });
+        }
         match batches.first_mut() {
             Some(b) => b.total = total,
             None => batches.push(pb::RecordBatch {

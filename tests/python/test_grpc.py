@@ -120,6 +120,24 @@ def test_stream_100k_records_complete_and_in_order(engine, pb):
     assert part == list(range(10, 2510))
 
 
+def test_stream_batches_of_large_records_stay_under_the_default_client_limit(module_engine, pb):
+    """1,000 records of ~8 KB would be an 8 MB message, which grpcio refuses by default
+    (4 MiB): batches close at about 1 MiB."""
+    s = stub(module_engine, pb)
+    label = unique("BIGSTREAM")
+    pad = "x" * 8000
+    for start in range(0, 1200, 300):
+        run(s, pb, {"kind": "ingest", "ingest": {"kind": "documents", "label": label,
+                                                 "documents": [{"i": i, "pad": pad} for i in range(start, start + 300)]}})
+    sizes, seen = [], []
+    for b in s.ExecuteStream(env(pb, {"kind": "query", "query": {"kind": "records", "query": {
+            "labels": [label], "order": {"i": "asc"}}}}), metadata=meta()):
+        sizes.append(sum(len(r) for r in b.records_json))
+        seen.extend(json.loads(r)["properties"]["i"] for r in b.records_json)
+    assert seen == list(range(1200))
+    assert len(sizes) > 1 and max(sizes) <= 1 << 20, sizes
+
+
 def test_ingest_stream_reports_the_failing_batch(module_engine, pb):
     s = stub(module_engine, pb)
     label = unique("GING")

@@ -481,27 +481,48 @@ const CREATING: &str = "engine.redb.creating";
 
 /// Takes the data directory for this process, or refuses when another process has it.
 ///
-/// Invariant: everything `prepare_store_file` does to the directory's files happens under
-/// this lock, so no two processes ever create, set aside or remove them at once.
-/// In a directory the process cannot write to, an existing lock file is locked read-only;
-/// with none there, it goes on without the lock (it cannot create or move files there
-/// either).
+/// Invariant: `prepare_store_file` changes the directory's files only under this lock, so
+/// no two processes ever create, set aside or remove them at once. The one case without
+/// it: a directory this process cannot write to and that holds no lock file; the server
+/// then runs on the store as it finds it (it could not create or move files there either)
+/// and redb's own lock on the store file keeps a second server off it.
 fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(LOCK_FILE);
     let opened = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
-        .or_else(|_| std::fs::File::open(&path));
+        // A FIFO at the name fails at once (ENXIO) instead of waiting for a reader.
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path);
     let file = match opened {
-        Ok(f) => f,
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
+        Ok(_) => return Err(not_a_file(&path)),
         Err(e) => {
-            crate::log::warn(&format!(
-                "cannot create {} ({e}); going on without the data directory lock",
-                path.display()
-            ));
-            return Ok(None);
+            let unwritable = matches!(
+                e.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            );
+            let absent = std::fs::symlink_metadata(&path)
+                .is_err_and(|m| m.kind() == std::io::ErrorKind::NotFound);
+            if unwritable && absent {
+                crate::log::warn(&format!(
+                    "cannot create {} ({e}); serving the store as it is, without the data directory lock",
+                    path.display()
+                ));
+                return Ok(None);
+            }
+            // An existing lock file that cannot be opened read-only either: refused.
+            let read_only = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path);
+            match read_only {
+                Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
+                Ok(_) => return Err(not_a_file(&path)),
+                Err(_) => return Err(startup(format!("cannot open {}: {e}", path.display()))),
+            }
         }
     };
     match file.try_lock() {
@@ -510,20 +531,23 @@ fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
             "data directory {} is in use by another engine process (it holds {LOCK_FILE})",
             dir.display()
         ))),
-        // A file system without locks: redb's own lock on the store file still keeps a
-        // second server out, but not out of the first start's file handling.
-        Err(std::fs::TryLockError::Error(e)) => {
-            crate::log::warn(&format!(
-                "cannot lock {} ({e}); going on without the data directory lock",
-                path.display()
-            ));
-            Ok(Some(file))
-        }
+        // redb locks its file the same way, so it could not open the store here either.
+        Err(std::fs::TryLockError::Error(e)) => Err(startup(format!(
+            "cannot lock {}: {e} (the data directory must be on a file system with file locks)",
+            path.display()
+        ))),
     }
 }
 
-/// Makes `path` name a whole redb file before redb opens it. Called under the data
-/// directory lock (`lock_data_dir`).
+fn not_a_file(path: &Path) -> Error {
+    startup(format!(
+        "{} is not a regular file; remove it",
+        path.display()
+    ))
+}
+
+/// Makes `path` name a whole redb file before redb opens it. `locked`: whether this process
+/// holds the data directory lock; without it nothing is created, moved or removed.
 ///
 /// Invariant: `engine.redb` names a whole redb file or something the operator put there;
 /// the engine never deletes a store file. redb sizes a new file and writes its header before
@@ -531,11 +555,20 @@ fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
 /// the magic number under the store's name, which no later start could open ("magic number
 /// mismatch"). Now a new store is built as `engine.redb.creating`, synced, and renamed into
 /// place. A regular file without the magic number and with no redo-log segment beside it (the
-/// segments are created only after the store opened, so it never held a commit) is what a
+/// segments are created only after the store opened, so no server ever ran on it) is what a
 /// killed first start of an older build left: it is renamed to
 /// `engine.redb.unfinished.<unix ms>` and a new store is created. Anything else at the name
 /// (a dangling link, a foreign file) is left for redb's open to refuse by name.
-fn prepare_store_file(dir: &Path, path: &Path) -> Result<()> {
+fn prepare_store_file(dir: &Path, path: &Path, locked: bool) -> Result<()> {
+    if !locked {
+        return match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(startup(format!(
+                "cannot create store {}: the data directory is not writable",
+                path.display()
+            ))),
+            _ => Ok(()),
+        };
+    }
     let leftover = dir.join(CREATING);
     match std::fs::remove_file(&leftover) {
         Ok(()) => crate::log::info(&format!(
@@ -543,28 +576,21 @@ fn prepare_store_file(dir: &Path, path: &Path) -> Result<()> {
             leftover.display()
         )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(startup(format!(
-                "cannot remove {}: {e}",
-                leftover.display()
-            )))
-        }
+        // Only in the way of creating a store, which then names it.
+        Err(e) => crate::log::warn(&format!("cannot remove {}: {e}", leftover.display())),
     }
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_store_file(dir, path),
         Ok(m) if m.is_file() && never_finished(dir, path) => {
-            let millis = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis());
-            let aside = dir.join(format!("engine.redb.unfinished.{millis}"));
+            let aside = unused_name(dir, "engine.redb.unfinished");
             std::fs::rename(path, &aside).map_err(|e| {
                 startup(format!(
-                    "store file {} was never finished (a first start was killed while creating it), and it cannot be set aside: {e}",
+                    "store file {} has no redb magic number and no redo log beside it (a first start was killed while creating it), and it cannot be set aside: {e}",
                     path.display()
                 ))
             })?;
             crate::log::warn(&format!(
-                "store file {} was never finished (a first start was killed while creating it) and never held a commit; set aside as {}, creating the store anew",
+                "store file {} had no redb magic number and no redo log beside it (a first start was killed while creating it); set aside as {}, creating the store anew",
                 path.display(),
                 aside.display()
             ));
@@ -572,6 +598,21 @@ fn prepare_store_file(dir: &Path, path: &Path) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// `<dir>/<stem>.<unix ms>`, with `.<n>` added when that name is taken.
+fn unused_name(dir: &Path, stem: &str) -> std::path::PathBuf {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let base = format!("{stem}.{millis}");
+    (0u32..)
+        .map(|n| match n {
+            0 => dir.join(&base),
+            n => dir.join(format!("{base}.{n}")),
+        })
+        .find(|p| std::fs::symlink_metadata(p).is_err())
+        .expect("an unused name")
 }
 
 /// Whether `path` lacks redb's magic number (its first 9 bytes are zero or missing) and no
@@ -667,7 +708,7 @@ impl Store {
         })?;
         let dir_lock = lock_data_dir(dir)?;
         let path = dir.join("engine.redb");
-        prepare_store_file(dir, &path)?;
+        prepare_store_file(dir, &path, dir_lock.is_some())?;
         let db = redb::Database::builder()
             .set_cache_size(usize::try_from(cache_mb << 20).unwrap_or(usize::MAX))
             .open(&path)

@@ -289,7 +289,7 @@ def test_store_file_a_killed_first_start_left_is_set_aside(engine_factory):
     unfinished = bytes(1 << 20)
     (data / "engine.redb").write_bytes(unfinished)
     e = engine_factory.start(data)
-    assert "was never finished" in e.log()
+    assert "had no redb magic number" in e.log()
     aside = [p for p in data.iterdir() if p.name.startswith("engine.redb.unfinished.")]
     assert len(aside) == 1 and aside[0].read_bytes() == unfinished, aside
     api = e.client()
@@ -355,6 +355,18 @@ def test_second_server_on_the_same_directory_is_refused(engine_factory, tmp_path
         e.crash_restart()
         assert e.client().record(rid)["i"] == i
         e.kill9()
+
+
+def test_lock_file_that_is_not_a_file_is_refused_at_once(tmp_path):
+    """A FIFO at engine.lock would block an open for writing until a reader came."""
+    data = tmp_path / "data"
+    data.mkdir()
+    os.mkfifo(data / "engine.lock")
+    r = _serve(tmp_path, "--data-dir", str(data), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+               timeout=10)
+    assert r.returncode == 1
+    assert any("engine.lock is not a regular file" in m for m in _error_messages(r.stderr)), r.stderr
+    assert not (data / "engine.redb").exists()
 
 
 def test_dangling_store_link_is_refused_and_left(tmp_path):

@@ -26,6 +26,23 @@ pub const RECLAIM_CHUNK: usize = 10_000;
 /// Longest tenant string (SPEC.md "Tenant").
 pub const MAX_TENANT_BYTES: usize = 1024;
 
+/// The rules a new tenant name follows, on every transport and in `engine token mint`: at
+/// most `MAX_TENANT_BYTES`, and no space or tab at either end (HTTP drops those from a
+/// header's value, so such a name would reach one tenant over REST and another over gRPC).
+pub fn check_tenant_name(name: &str) -> Result<()> {
+    if name.len() > MAX_TENANT_BYTES {
+        return Err(Error::invalid(format!(
+            "tenant is longer than {MAX_TENANT_BYTES} bytes"
+        )));
+    }
+    if name.starts_with([' ', '\t']) || name.ends_with([' ', '\t']) {
+        return Err(Error::invalid(
+            "tenant must not begin or end with a space or tab (HTTP headers cannot carry them)",
+        ));
+    }
+    Ok(())
+}
+
 /// Settings the engine decides with (a subset of the server configuration).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -308,13 +325,18 @@ impl Engine {
             }
             return Ok(Tenant::Single);
         }
-        // HTTP drops a header value's leading and trailing spaces and tabs, so such a name
-        // would reach one tenant over REST and another over gRPC: refused on every transport.
-        let edge_space = |n: &str| n.starts_with([' ', '\t']) || n.ends_with([' ', '\t']);
-        if header.into_iter().chain(scope).any(edge_space) {
-            return Err(Error::invalid(
-                "tenant must not begin or end with a space or tab (HTTP headers cannot carry them)",
-            ));
+        // A name a store already holds is let through: builds before the space rule let gRPC
+        // create such tenants, and their data must stay reachable (and purgeable).
+        for n in header.into_iter().chain(scope) {
+            if let Err(e) = check_tenant_name(n) {
+                if self
+                    .store
+                    .tenant_id(&Tenant::Named(n.to_string()))
+                    .is_none()
+                {
+                    return Err(e);
+                }
+            }
         }
         let name = match env.transport {
             Transport::Rest => header,
@@ -332,11 +354,6 @@ impl Engine {
         let name = name.ok_or_else(|| {
             Error::invalid("this engine is multitenant: every request must name its tenant (X-Service-Tenant header and context.scope)")
         })?;
-        if name.len() > MAX_TENANT_BYTES {
-            return Err(Error::invalid(format!(
-                "tenant is longer than {MAX_TENANT_BYTES} bytes"
-            )));
-        }
         Ok(Tenant::Named(name.to_string()))
     }
 

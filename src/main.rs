@@ -21,6 +21,7 @@ fn mint(m: &engine::cli::MintArgs) -> Result<String, String> {
         claims["sub"] = serde_json::json!(s);
     }
     if let Some(t) = &m.tenant {
+        engine::engine::check_tenant_name(t).map_err(|e| format!("--tenant: {}", e.message))?;
         claims["tenant"] = serde_json::json!(t);
     }
     Ok(engine::auth::mint(&secret, &claims))

@@ -489,6 +489,9 @@ const CREATING: &str = "engine.redb.creating";
 fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(LOCK_FILE);
+    if std::fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
+        return Err(not_a_file(&path));
+    }
     let opened = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -505,7 +508,7 @@ fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
             );
             let absent = std::fs::symlink_metadata(&path)
-                .is_err_and(|m| m.kind() == std::io::ErrorKind::NotFound);
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
             if unwritable && absent {
                 crate::log::warn(&format!(
                     "cannot create {} ({e}); serving the store as it is, without the data directory lock",
@@ -531,9 +534,15 @@ fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
             "data directory {} is in use by another engine process (it holds {LOCK_FILE})",
             dir.display()
         ))),
-        // redb locks its file the same way, so it could not open the store here either.
+        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+            Err(startup(format!(
+                "cannot lock {}: {e} (this platform has no file locks the engine can use)",
+                path.display()
+            )))
+        }
+        // Without the lock two servers could handle the store's files at once: refused.
         Err(std::fs::TryLockError::Error(e)) => Err(startup(format!(
-            "cannot lock {}: {e} (the data directory must be on a file system with file locks)",
+            "cannot lock {}: {e} (the data directory must be on a file system with flock)",
             path.display()
         ))),
     }
@@ -554,11 +563,12 @@ fn not_a_file(path: &Path) -> Error {
 /// its magic number, so a start killed inside `Database::create` used to leave a file without
 /// the magic number under the store's name, which no later start could open ("magic number
 /// mismatch"). Now a new store is built as `engine.redb.creating`, synced, and renamed into
-/// place. A regular file without the magic number and with no redo-log segment beside it (the
-/// segments are created only after the store opened, so no server ever ran on it) is what a
-/// killed first start of an older build left: it is renamed to
-/// `engine.redb.unfinished.<unix ms>` and a new store is created. Anything else at the name
-/// (a dangling link, a foreign file) is left for redb's open to refuse by name.
+/// place. A regular file without the magic number, with nothing past its header page and with
+/// no redo-log segment beside it (the segments are created only after the store opened, so no
+/// server ever ran on it) is what a killed first start of an older build left: it is renamed to
+/// `engine.redb.unfinished.<unix ms>` and a new store is created. A missing store file with a
+/// redo log beside it is refused. Anything else at the name (a dangling link, a foreign file)
+/// is left for redb's open to refuse by name.
 fn prepare_store_file(dir: &Path, path: &Path, locked: bool) -> Result<()> {
     if !locked {
         return match std::fs::symlink_metadata(path) {
@@ -576,10 +586,18 @@ fn prepare_store_file(dir: &Path, path: &Path, locked: bool) -> Result<()> {
             leftover.display()
         )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        // Only in the way of creating a store, which then names it.
+        // Only in the way of creating a store, whose error then names it.
         Err(e) => crate::log::warn(&format!("cannot remove {}: {e}", leftover.display())),
     }
     match std::fs::symlink_metadata(path) {
+        // The segments are created only after the store file: a log without it is a
+        // directory that lost its store, which a new empty one would silently replace.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && has_redo_log(dir) => {
+            Err(startup(format!(
+                "store file {} is missing but the redo log beside it is there; restore the store file, or move the wal*.log files away to start an empty store",
+                path.display()
+            )))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_store_file(dir, path),
         Ok(m) if m.is_file() && never_finished(dir, path) => {
             let aside = unused_name(dir, "engine.redb.unfinished");
@@ -615,47 +633,60 @@ fn unused_name(dir: &Path, stem: &str) -> std::path::PathBuf {
         .expect("an unused name")
 }
 
-/// Whether `path` lacks redb's magic number (its first 9 bytes are zero or missing) and no
-/// redo-log segment, not even a dangling link, exists beside it.
-fn never_finished(dir: &Path, path: &Path) -> bool {
-    use std::io::Read;
-    if wal::SEGMENT_FILES
+/// Whether any redo-log segment, even a dangling link, exists in `dir`.
+fn has_redo_log(dir: &Path) -> bool {
+    wal::SEGMENT_FILES
         .iter()
         .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
-    {
+}
+
+/// Whether `path` is what a start killed inside redb's `Database::create` leaves: no magic
+/// number (its first 9 bytes zero or missing), nothing but zeroes after the header page (redb
+/// had only sized the file and written the header), and no redo-log segment beside it.
+fn never_finished(dir: &Path, path: &Path) -> bool {
+    use std::io::Read;
+    /// redb's header page; a killed create wrote nothing past it.
+    const HEADER_PAGE: usize = 4096;
+    /// A killed create leaves about 1 MiB; anything much larger held data.
+    const MAX_LEN: u64 = 16 << 20;
+    if has_redo_log(dir) {
         return false;
     }
-    let mut magic = [0u8; 9];
-    let mut read = 0;
     let Ok(mut f) = std::fs::File::open(path) else {
         return false;
     };
-    while read < magic.len() {
-        match f.read(&mut magic[read..]) {
-            Ok(0) => break,
-            Ok(n) => read += n,
-            Err(_) => return false,
-        }
+    if f.metadata().map_or(true, |m| m.len() > MAX_LEN) {
+        return false;
     }
-    magic == [0; 9]
+    let mut bytes = Vec::new();
+    if f.read_to_end(&mut bytes).is_err() {
+        return false;
+    }
+    let magic_absent = bytes.iter().take(9).all(|&b| b == 0);
+    magic_absent && bytes.iter().skip(HEADER_PAGE).all(|&b| b == 0)
 }
 
 /// Creates an empty redb file at `path`: built under `engine.redb.creating`, synced, then
 /// renamed into place and the directory synced, so `path` never names a half-written file.
 fn create_store_file(dir: &Path, path: &Path) -> Result<()> {
+    let tmp = dir.join(CREATING);
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         startup(format!(
-            "cannot create store {}: {what}: {e}",
-            path.display()
+            "cannot create store {} (built as {}): {what}: {e}",
+            path.display(),
+            tmp.display()
         ))
     };
-    let tmp = dir.join(CREATING);
     drop(redb::Database::create(&tmp).map_err(|e| failed("create", &e))?);
     let synced = std::fs::File::open(&tmp).and_then(|f| f.sync_all());
     synced.map_err(|e| failed("sync", &e))?;
     std::fs::rename(&tmp, path).map_err(|e| failed("rename", &e))?;
-    let synced = std::fs::File::open(dir).and_then(|d| d.sync_all());
-    synced.map_err(|e| failed("sync the data directory", &e))
+    sync_dir(dir).map_err(|e| failed("sync the data directory", &e))
+}
+
+/// Makes the directory's entries (a file created or renamed in it) durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
 fn startup(msg: impl Into<String>) -> Error {
@@ -1433,6 +1464,44 @@ mod tests {
     use super::*;
     use redb::{ReadableDatabase, ReadableTable};
     use std::collections::BTreeMap;
+
+    /// What `never_finished` takes for a killed first start, and what it leaves alone.
+    #[test]
+    fn never_finished_only_for_a_headerless_file_without_a_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engine.redb");
+        let mut killed = vec![0u8; 1 << 20];
+        killed[9..320].fill(7); // the header redb writes before its magic number
+        for (bytes, expected) in [
+            (vec![], true),
+            (vec![0u8; 5], true),
+            (killed.clone(), true),
+            (b"redb\x1a\x0a\xa9\x0d\x0a".to_vec(), false),
+            (
+                {
+                    let mut b = killed.clone();
+                    b[8192] = 1;
+                    b
+                },
+                false,
+            ), // a page past the header
+            (vec![1u8; 100], false),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            assert_eq!(
+                never_finished(dir.path(), &path),
+                expected,
+                "{:?}",
+                &bytes[..bytes.len().min(12)]
+            );
+        }
+        std::fs::write(&path, &killed).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("wal.1.log")).unwrap();
+        assert!(
+            !never_finished(dir.path(), &path),
+            "a dangling log link counts as a log"
+        );
+    }
 
     /// A published list over a new, empty redb store in `dir`, reading through `memo`.
     fn published_in(dir: &Path, memo: Arc<memo::KeyMemo>) -> Published {

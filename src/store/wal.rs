@@ -156,6 +156,7 @@ impl Segment {
     /// position is left after them; bytes beyond are an unacknowledged torn frame or
     /// leftovers, and are overwritten by the next append.
     fn open(path: PathBuf) -> Result<(Segment, Vec<Frame>)> {
+        let created = !path.exists();
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -163,6 +164,12 @@ impl Segment {
             .truncate(false)
             .open(&path)
             .map_err(|e| io(e, &path))?;
+        if created {
+            // The new name must outlast a power cut like the frames written under it.
+            if let Some(dir) = path.parent() {
+                super::sync_dir(dir).map_err(|e| io(e, dir))?;
+            }
+        }
         let size = file.metadata().map_err(|e| io(e, &path))?.len();
         let (frames, at) = read_frames(&file, size).map_err(|e| io(e, &path))?;
         let mut seg = Segment {

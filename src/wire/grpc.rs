@@ -30,9 +30,17 @@ pub const STREAM_BATCH: usize = 1000;
 
 /// Bytes of record JSON after which an `ExecuteStream` message is closed, whatever its
 /// count: a quarter of the 4 MiB that gRPC clients accept by default (grpcio, grpc-go,
-/// grpc-java), so 1,000 large records never make a message the client refuses. A single
-/// record larger than this travels alone.
+/// grpc-java), so 1,000 large records never make a message the client refuses. Lower when
+/// the server's own message cap (`limits.max_body_bytes`) is (`stream_batch_bytes`). A
+/// single record larger than this travels alone.
 pub const STREAM_BATCH_BYTES: usize = 1 << 20;
+
+/// The batch byte bound under a message cap of `max_message` bytes: room is left for
+/// protobuf's framing (a few bytes a record, at most `STREAM_BATCH` records).
+fn stream_batch_bytes(max_message: usize) -> usize {
+    let framing = 16 * STREAM_BATCH + 64;
+    STREAM_BATCH_BYTES.min(max_message.saturating_sub(framing).max(1))
+}
 
 pub struct GrpcEngine {
     engine: Arc<Engine>,
@@ -41,6 +49,8 @@ pub struct GrpcEngine {
     /// `limits.request_timeout_ms`: the time one `Execute`, one `ExecuteStream` query or one
     /// `Ingest` batch may take, as one HTTP request may.
     budget: std::time::Duration,
+    /// Bytes of record JSON after which an `ExecuteStream` message is closed.
+    batch_bytes: usize,
 }
 
 impl GrpcEngine {
@@ -163,7 +173,7 @@ impl EngineService for GrpcEngine {
         let (mut open, mut bytes) = (Vec::new(), 0);
         for r in &records {
             let json = render::record(r).to_string();
-            if !open.is_empty() && bytes + json.len() > STREAM_BATCH_BYTES {
+            if !open.is_empty() && bytes + json.len() > self.batch_bytes {
                 batches.push(pb::RecordBatch {
                     records_json: std::mem::take(&mut open),
                     total: 0,
@@ -262,6 +272,7 @@ pub async fn serve(
         engine,
         max_depth: limits.max_json_depth,
         budget: std::time::Duration::from_millis(limits.request_timeout_ms),
+        batch_bytes: stream_batch_bytes(max),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);

@@ -272,6 +272,9 @@ def test_first_start_killed_at_any_moment_leaves_a_startable_directory(tmp_path)
             api = e.client()
             rid = api.create("Fresh", {"i": i})
             assert api.record(rid)["i"] == i
+            # Not rescued by the set-aside path: the kill never left a half-made store.
+            assert "had no redb magic number" not in e.log()
+            assert not [p for p in data.iterdir() if p.name.startswith("engine.redb.unfinished")]
         except Exception as ex:  # noqa: BLE001 - collected and reported together
             failures.append((i, repr(ex)[:300]))
         finally:
@@ -310,6 +313,37 @@ def test_store_file_without_magic_beside_a_redo_log_is_refused(tmp_path):
     assert r.returncode == 1
     assert any("magic number" in m for m in _error_messages(r.stderr)), r.stderr
     assert sorted(p.name for p in data.iterdir()) == ["engine.lock", "engine.redb", "wal.log"]
+
+
+def test_store_that_held_data_is_refused_not_set_aside(engine_factory):
+    """A store whose magic number was lost but which holds pages past its header (and whose
+    redo log is gone) held data: refused and left as it is, never replaced by an empty one."""
+    e = engine_factory.start()
+    e.client().create("Kept", {"n": 1})
+    e.stop()
+    for name in ("wal.log", "wal.1.log"):
+        (e.data_dir / name).unlink()
+    store = e.data_dir / "engine.redb"
+    damaged = bytes(9) + store.read_bytes()[9:]
+    store.write_bytes(damaged)
+    r = _serve(e.data_dir.parent, "--data-dir", str(e.data_dir), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0")
+    assert r.returncode == 1
+    assert any("magic number" in m for m in _error_messages(r.stderr)), r.stderr
+    assert store.read_bytes() == damaged
+    assert not [p for p in e.data_dir.iterdir() if p.name.startswith("engine.redb.unfinished")]
+
+
+def test_missing_store_beside_a_redo_log_is_refused(engine_factory):
+    """A directory that lost its store file keeps its log: refused rather than started on a
+    new, empty store."""
+    e = engine_factory.start()
+    e.client().create("Kept", {"n": 1})
+    e.stop()
+    (e.data_dir / "engine.redb").unlink()
+    r = _serve(e.data_dir.parent, "--data-dir", str(e.data_dir), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0")
+    assert r.returncode == 1
+    assert any("is missing but the redo log beside it is there" in m for m in _error_messages(r.stderr)), r.stderr
+    assert not (e.data_dir / "engine.redb").exists()
 
 
 def test_leftover_of_a_killed_creation_is_removed(engine_factory):
@@ -374,11 +408,13 @@ def test_dangling_store_link_is_refused_and_left(tmp_path):
     replaced by a new, empty store."""
     data = tmp_path / "data"
     data.mkdir()
+    (tmp_path / "elsewhere").mkdir()  # following the link would create a store there
     (data / "engine.redb").symlink_to(tmp_path / "elsewhere" / "engine.redb")
     r = _serve(tmp_path, "--data-dir", str(data), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0")
     assert r.returncode == 1
     assert any("engine.redb" in m for m in _error_messages(r.stderr)), r.stderr
     assert (data / "engine.redb").is_symlink()
+    assert not (tmp_path / "elsewhere" / "engine.redb").exists()
 
 
 def test_unreadable_store_file_is_left_alone(tmp_path):

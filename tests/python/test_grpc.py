@@ -130,12 +130,27 @@ def test_stream_batches_of_large_records_stay_under_the_default_client_limit(mod
         run(s, pb, {"kind": "ingest", "ingest": {"kind": "documents", "label": label,
                                                  "documents": [{"i": i, "pad": pad} for i in range(start, start + 300)]}})
     sizes, seen = [], []
-    for b in s.ExecuteStream(env(pb, {"kind": "query", "query": {"kind": "records", "query": {
+    default_client = pb[1].EngineStub(grpc.insecure_channel(module_engine.grpc_target))  # 4 MiB cap
+    for b in default_client.ExecuteStream(env(pb, {"kind": "query", "query": {"kind": "records", "query": {
             "labels": [label], "order": {"i": "asc"}}}}), metadata=meta()):
         sizes.append(sum(len(r) for r in b.records_json))
         seen.extend(json.loads(r)["properties"]["i"] for r in b.records_json)
     assert seen == list(range(1200))
     assert len(sizes) > 1 and max(sizes) <= 1 << 20, sizes
+
+
+def test_stream_batches_fit_a_small_server_message_cap(engine_factory, pb):
+    """Under --max-body-bytes 100000 (the server's message cap both ways) a 1,000-record
+    batch of 2 KB records would exceed it: batches stay under the cap instead."""
+    e = engine_factory.start(extra_args=["--max-body-bytes", "100000"])
+    s = stub(e, pb)
+    for start in range(0, 300, 30):
+        run(s, pb, {"kind": "ingest", "ingest": {"kind": "documents", "label": "SMALLCAP",
+                                                 "documents": [{"i": i, "pad": "y" * 2000} for i in range(start, start + 30)]}})
+    batches = list(s.ExecuteStream(env(pb, {"kind": "query", "query": {"kind": "records", "query": {
+        "labels": ["SMALLCAP"], "order": {"i": "asc"}}}}), metadata=meta()))
+    assert [json.loads(r)["properties"]["i"] for b in batches for r in b.records_json] == list(range(300))
+    assert max(b.ByteSize() for b in batches) <= 100000
 
 
 def test_ingest_stream_reports_the_failing_batch(module_engine, pb):

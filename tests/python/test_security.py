@@ -124,6 +124,11 @@ def test_cli_minted_token_works(single):
     assert_rest_error(call(single, token, "POST", "/api/v1/records", {"label": "X", "data": {}}), 403, "permission_denied")
     bad = subprocess.run([ENGINE_BIN, "token", "mint", "--scope", "admin"], capture_output=True, text=True, env=env, timeout=20)
     assert bad.returncode == 2 and "scope" in bad.stderr
+    # A tenant no request could name (HTTP drops a header's edge spaces) is not minted.
+    for tenant in (" a", "a ", "t" * 1025):
+        bad = subprocess.run([ENGINE_BIN, "token", "mint", "--scope", "read", "--tenant", tenant],
+                             capture_output=True, text=True, env=env, timeout=20)
+        assert bad.returncode == 2 and "--tenant" in bad.stderr and bad.stdout == "", (tenant, bad.stderr)
 
 
 def test_every_single_bit_flip_is_rejected(single):

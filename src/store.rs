@@ -658,12 +658,15 @@ fn never_finished(dir: &Path, path: &Path) -> bool {
     if f.metadata().map_or(true, |m| m.len() > MAX_LEN) {
         return false;
     }
+    // The magic number first: a whole store is read no further.
     let mut bytes = Vec::new();
+    if (&mut f).take(9).read_to_end(&mut bytes).is_err() || bytes.iter().any(|&b| b != 0) {
+        return false;
+    }
     if f.read_to_end(&mut bytes).is_err() {
         return false;
     }
-    let magic_absent = bytes.iter().take(9).all(|&b| b == 0);
-    magic_absent && bytes.iter().skip(HEADER_PAGE).all(|&b| b == 0)
+    bytes.iter().skip(HEADER_PAGE).all(|&b| b == 0)
 }
 
 /// Creates an empty redb file at `path`: built under `engine.redb.creating`, synced, then

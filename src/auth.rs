@@ -45,6 +45,21 @@ fn sign(secret: &[u8], claims_segment: &str) -> HmacSha256 {
 /// The shortest capability secret `serve` takes (128 bits).
 pub const MIN_SECRET_BYTES: usize = 16;
 
+/// The capability secret from its hex text, as `engine serve` and `engine token mint` take
+/// it: an even-length hex string of at least `MIN_SECRET_BYTES` bytes (a short key can be
+/// found by trying them all, and with it any token forged).
+pub fn capability_secret(hex: &str) -> Result<Vec<u8>, String> {
+    let secret =
+        decode_hex(hex).ok_or("the capability secret must be an even-length hex string")?;
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(format!(
+            "the capability secret is {} bytes; it must be at least {MIN_SECRET_BYTES} (generate one with `openssl rand -hex 32`)",
+            secret.len()
+        ));
+    }
+    Ok(secret)
+}
+
 pub fn mint(secret: &[u8], claims: &Value) -> String {
     let segment = URL_SAFE_NO_PAD.encode(claims.to_string());
     let sig = sign(secret, &segment).finalize().into_bytes();

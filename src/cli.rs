@@ -95,6 +95,10 @@ pub struct ImportArgs {
     /// No progress bar (the summary is still printed).
     #[arg(long)]
     pub quiet: bool,
+    /// Seconds to wait for one batch's answer; a batch still unanswered then fails the load
+    /// (it may or may not have been written).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
 }
 
 /// Flags win over environment variables, which win over the config file, which wins over

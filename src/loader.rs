@@ -151,6 +151,8 @@ fn csv_batches(text: &str, args: &ImportArgs) -> Result<Batches, String> {
 fn read_batches(args: &ImportArgs) -> Result<Batches, String> {
     let text = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+    // A byte order mark some editors write is not part of the data.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     match format_of(args)?.as_str() {
         "json" => match serde_json::from_str::<Value>(&text) {
             Ok(Value::Array(docs)) => Ok(document_batches(docs, args)),
@@ -186,12 +188,45 @@ fn read_batches(args: &ImportArgs) -> Result<Batches, String> {
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
-/// Sends one batch; answers (records, relationships) or the server's error text.
+/// Why a batch failed, and whether the server said so.
+struct Failure {
+    message: String,
+    /// The server answered with an error: the batch wrote nothing. Otherwise (no answer, a
+    /// dropped connection, a timeout, an answer that is not an ingest result) the batch may
+    /// or may not have been written.
+    refused: bool,
+}
+
+impl Failure {
+    fn unknown(message: String) -> Failure {
+        Failure {
+            message,
+            refused: false,
+        }
+    }
+}
+
+/// Sends one batch; answers (records, relationships) or why it failed.
 async fn send(
     client: &HttpClient,
     args: &ImportArgs,
     ingest: &Value,
-) -> Result<(u64, u64), String> {
+) -> Result<(u64, u64), Failure> {
+    let budget = std::time::Duration::from_secs(args.timeout);
+    match tokio::time::timeout(budget, send_once(client, args, ingest)).await {
+        Ok(out) => out,
+        Err(_) => Err(Failure::unknown(format!(
+            "no answer within {} s (--timeout)",
+            args.timeout
+        ))),
+    }
+}
+
+async fn send_once(
+    client: &HttpClient,
+    args: &ImportArgs,
+    ingest: &Value,
+) -> Result<(u64, u64), Failure> {
     let mut envelope =
         json!({"protocolVersion": 1, "operation": {"kind": "ingest", "ingest": ingest}});
     let mut req = hyper::Request::post(format!(
@@ -204,35 +239,48 @@ async fn send(
         envelope["context"] = json!({"scope": t});
         req = req.header("x-service-tenant", t);
     }
-    let body = serde_json::to_vec(&envelope).map_err(|e| e.to_string())?;
+    let body = serde_json::to_vec(&envelope).map_err(|e| Failure::unknown(e.to_string()))?;
     let req = req
         .body(Full::new(Bytes::from(body)))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::unknown(e.to_string()))?;
     let resp = client
         .request(req)
         .await
-        .map_err(|e| format!("cannot reach {}: {e}", args.url))?;
+        .map_err(|e| Failure::unknown(format!("cannot reach {}: {e}", args.url)))?;
     let status = resp.status();
     let bytes = resp
         .into_body()
         .collect()
         .await
-        .map_err(|e| format!("reading the answer: {e}"))?
+        .map_err(|e| Failure::unknown(format!("reading the answer: {e}")))?
         .to_bytes();
     let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let text = || {
+        let t = String::from_utf8_lossy(&bytes);
+        t.chars().take(200).collect::<String>()
+    };
     if !status.is_success() {
         let code = v["error"]["code"].as_str().unwrap_or("?");
         let msg = v["error"]["message"]
             .as_str()
             .map(str::to_string)
-            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
-        return Err(format!("HTTP {} {code}: {msg}", status.as_u16()));
+            .unwrap_or_else(text);
+        return Err(Failure {
+            message: format!("HTTP {} {code}: {msg}", status.as_u16()),
+            refused: true,
+        });
     }
+    // Only the engine's ingest result counts as written (a proxy's or another server's 2xx
+    // page does not).
     let r = &v["response"];
-    Ok((
-        r["count"].as_u64().unwrap_or(0),
-        r["relationships"].as_u64().unwrap_or(0),
-    ))
+    match (r["kind"].as_str(), r["count"].as_u64()) {
+        (Some("ingested"), Some(count)) => Ok((count, r["relationships"].as_u64().unwrap_or(0))),
+        _ => Err(Failure::unknown(format!(
+            "HTTP {} with an answer that is not an ingest result (is --url the engine?): {}",
+            status.as_u16(),
+            text()
+        ))),
+    }
 }
 
 fn progress(total: usize, quiet: bool) -> ProgressBar {
@@ -289,7 +337,7 @@ pub async fn run(args: ImportArgs) -> i32 {
         }));
     }
     let (mut records, mut relationships, mut documents) = (0u64, 0u64, 0usize);
-    let mut failure: Option<(usize, usize, usize, String)> = None;
+    let mut failure: Option<(usize, usize, usize, Failure)> = None;
     for t in tasks {
         match t.await {
             Ok((_, _, n, Ok((r, rel)))) => {
@@ -302,7 +350,9 @@ pub async fn run(args: ImportArgs) -> i32 {
                     failure = Some((i, first, n, e));
                 }
             }
-            Err(e) => failure = failure.or(Some((usize::MAX, 0, 0, e.to_string()))),
+            Err(e) => {
+                failure = failure.or(Some((usize::MAX, 0, 0, Failure::unknown(e.to_string()))))
+            }
         }
     }
     bar.finish_and_clear();
@@ -316,13 +366,19 @@ pub async fn run(args: ImportArgs) -> i32 {
         None => 0,
         Some((i, first, n, e)) => {
             eprintln!(
-                "error: batch {} (documents {}..{} of the file) failed: {e}",
+                "error: batch {} (documents {}..{} of the file) failed: {}",
                 i + 1,
                 first,
-                first + n
+                first + n,
+                e.message
             );
+            let failing = if e.refused {
+                "the failing batch wrote nothing"
+            } else {
+                "the failing batch may or may not have been written (the server did not say)"
+            };
             eprintln!(
-                "the failing batch wrote nothing; the {documents} document(s) counted above were imported (with --concurrency above 1 they can include batches after it); --merge-by makes a re-run safe"
+                "{failing}; the {documents} document(s) counted above were imported (with --concurrency above 1 they can include batches after it); --merge-by makes a re-run safe"
             );
             1
         }

@@ -9,18 +9,25 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn mint(m: &engine::cli::MintArgs) -> Result<String, String> {
     let hex = std::env::var(&m.secret_env)
         .map_err(|_| format!("environment variable {} is not set", m.secret_env))?;
-    let secret = engine::auth::decode_hex(&hex)
-        .ok_or_else(|| format!("{} must hold an even-length hex string", m.secret_env))?;
+    let secret =
+        engine::auth::capability_secret(&hex).map_err(|e| format!("{}: {e}", m.secret_env))?;
     engine::auth::parse_scopes(&m.scope).map_err(|e| format!("--scope: {e}"))?;
     if m.ttl == 0 {
         return Err("--ttl must be at least 1 second".into());
     }
     let now = engine::auth::now();
-    let mut claims = serde_json::json!({"scope": m.scope, "iat": now, "exp": now + m.ttl as i64});
+    let exp = i64::try_from(m.ttl)
+        .ok()
+        .and_then(|ttl| now.checked_add(ttl))
+        .ok_or("--ttl is too large")?;
+    let mut claims = serde_json::json!({"scope": m.scope, "iat": now, "exp": exp});
     if let Some(s) = &m.sub {
         claims["sub"] = serde_json::json!(s);
     }
     if let Some(t) = &m.tenant {
+        if t.is_empty() {
+            return Err("--tenant must not be empty".into());
+        }
         engine::engine::check_tenant_name(t).map_err(|e| format!("--tenant: {}", e.message))?;
         claims["tenant"] = serde_json::json!(t);
     }

@@ -61,21 +61,14 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
     }
     file.validate()?;
     let capability_secret = match args.capability_secret {
-        Some(hex) => {
-            let secret = crate::auth::decode_hex(&hex)
-                .ok_or("the capability secret must be an even-length hex string")?;
-            // A short key can be found by trying them all, and with it any token forged.
-            if secret.len() < crate::auth::MIN_SECRET_BYTES {
-                return Err(format!(
-                    "the capability secret is {} bytes; it must be at least {} (generate one with `openssl rand -hex 32`)",
-                    secret.len(),
-                    crate::auth::MIN_SECRET_BYTES
-                ));
-            }
-            Some(secret)
-        }
+        Some(hex) => Some(crate::auth::capability_secret(&hex)?),
         None => None,
     };
+    // An empty token (an unset variable in a unit file) matches no credential: a server
+    // nobody could use.
+    if args.token.as_deref() == Some("") {
+        return Err("the bootstrap token (--token or SERVICE_TOKEN) is empty".into());
+    }
     Ok(ServerConfig {
         file,
         token: args.token.unwrap_or_else(|| DEV_TOKEN.to_string()),

@@ -666,6 +666,70 @@ def test_cli_loader_imports_in_batches(module_engine, module_api, tmp_path, fmt)
     assert [r["i"] for r in found["data"]] == [n - 2, n - 1]
 
 
+class _StubServer:
+    """A local HTTP server that is not the engine: answers every POST with `answer`
+    (status, body), or never answers when `answer` is None."""
+
+    def __init__(self, answer):
+        import http.server
+
+        stub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                if stub.answer is None:
+                    stub.release.wait(30)
+                    return
+                status, body = stub.answer
+                self.send_response(status)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.answer = answer
+        self.release = threading.Event()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("answer", [(200, b"<html>ok</html>"), (200, b"{}"),
+                                    (200, b'{"error":{"code":"internal","message":"boom"}}'), None],
+                         ids=["html", "empty-object", "error-body", "no-answer"])
+def test_cli_loader_claims_nothing_it_was_not_told(tmp_path, answer):
+    """A 2xx page that is not the engine's ingest result, or no answer within --timeout,
+    fails the load, and the loader says the batch may or may not have been written."""
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(10)))
+    stub = _StubServer(answer)
+    try:
+        out = loader(None, "--label", "X", str(path), "--url", stub.url, "--timeout", "1", "--quiet")
+    finally:
+        stub.close()
+    assert out.returncode == 1, out
+    assert "imported 0 document(s)" in out.stdout
+    assert "may or may not have been written" in out.stderr, out.stderr
+    assert ("no answer within 1 s" if answer is None else "not an ingest result") in out.stderr
+
+
+def test_cli_loader_reads_json_lines_with_a_byte_order_mark(module_engine, module_api, tmp_path):
+    label = unique("BOM")
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps({"i": i}) + "\n" for i in range(5)).encode())
+    out = loader(module_engine, "--label", label, str(path), "--url", module_engine.url)
+    assert out.returncode == 0, out.stderr
+    assert module_api.labels({})[label] == 5
+
+
 def test_cli_loader_reports_the_failing_batch(module_engine, module_api, tmp_path):
     label = unique("CLIF")
     path = tmp_path / "bad.jsonl"

@@ -446,6 +446,14 @@ def _error_messages(stderr):
     return [m.group(1) for m in re.finditer(r"^\d+ ERROR (.*)$", stderr, re.M)]
 
 
+def test_empty_bootstrap_token_refused(tmp_path):
+    """An unset variable in a unit file gives an empty token, which no credential matches."""
+    r = _serve(tmp_path, "--data-dir", str(tmp_path / "d"), "--http-addr", "127.0.0.1:0",
+               "--grpc-addr", "127.0.0.1:0", "--token", "")
+    assert r.returncode != 0 and r.stdout == ""
+    assert any("bootstrap token" in m and "empty" in m for m in _error_messages(r.stderr)), r.stderr
+
+
 def test_config_schema_version_2_refused(tmp_path):
     cfg = tmp_path / "engine.toml"
     cfg.write_text('schema_version = 2\n[listen]\nhttp = "127.0.0.1:0"\n')

@@ -124,8 +124,15 @@ def test_cli_minted_token_works(single):
     assert_rest_error(call(single, token, "POST", "/api/v1/records", {"label": "X", "data": {}}), 403, "permission_denied")
     bad = subprocess.run([ENGINE_BIN, "token", "mint", "--scope", "admin"], capture_output=True, text=True, env=env, timeout=20)
     assert bad.returncode == 2 and "scope" in bad.stderr
+    huge = subprocess.run([ENGINE_BIN, "token", "mint", "--scope", "read", "--ttl", str(2**64 - 1)],
+                          capture_output=True, text=True, env=env, timeout=20)
+    assert huge.returncode == 2 and "--ttl is too large" in huge.stderr and huge.stdout == "", huge.stderr
+    # The secret rules of `engine serve`: a 2-byte key would sign tokens no server accepts.
+    short = subprocess.run([ENGINE_BIN, "token", "mint", "--scope", "read"], capture_output=True, text=True,
+                           env={**env, "SERVICE_CAPABILITY_SECRET": "abcd"}, timeout=20)
+    assert short.returncode == 2 and "at least 16" in short.stderr and short.stdout == "", short.stderr
     # A tenant no request could name (HTTP drops a header's edge spaces) is not minted.
-    for tenant in (" a", "a ", "t" * 1025):
+    for tenant in (" a", "a ", "t" * 1025, ""):
         bad = subprocess.run([ENGINE_BIN, "token", "mint", "--scope", "read", "--tenant", tenant],
                              capture_output=True, text=True, env=env, timeout=20)
         assert bad.returncode == 2 and "--tenant" in bad.stderr and bad.stdout == "", (tenant, bad.stderr)

@@ -154,7 +154,7 @@ fn read_batches(args: &ImportArgs) -> Result<Batches, String> {
     // A byte order mark some editors write is not part of the data.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     match format_of(args)?.as_str() {
-        "json" => match serde_json::from_str::<Value>(&text) {
+        "json" => match serde_json::from_str::<Value>(text) {
             Ok(Value::Array(docs)) => Ok(document_batches(docs, args)),
             Ok(doc @ Value::Object(_)) => Ok(document_batches(vec![doc], args)),
             Ok(_) => Err(format!(
@@ -179,7 +179,7 @@ fn read_batches(args: &ImportArgs) -> Result<Batches, String> {
             }
             Ok(document_batches(docs, args))
         }
-        "csv" => csv_batches(&text, args),
+        "csv" => csv_batches(text, args),
         other => Err(format!(
             "unknown format '{other}': expected json, jsonl, ndjson or csv"
         )),

@@ -119,6 +119,23 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         }
         crate::log::warn("running with the development token `dev-token`: set --token or SERVICE_TOKEN outside local development");
     }
+    // gRPC: on a multitenant engine only loopback (SPEC.md "Tenant selection").
+    if cfg.file.multitenant && !grpc_addr.ip().is_loopback() {
+        return Err(format!(
+            "refusing to bind gRPC to non-loopback address {grpc_addr} on a multitenant engine (it takes only the bootstrap token)"
+        ));
+    }
+    // Every refusal comes before the store opens: a refused start leaves no data directory
+    // behind (nor fixes the tenancy mode of a new one). Connections that arrive while the
+    // store opens wait in the listen backlog until the `listening` lines.
+    let grpc_listener = tokio::net::TcpListener::bind(grpc_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {grpc_addr} (gRPC): {e}"))?;
+    let grpc_bound = grpc_listener.local_addr().map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(http_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let signal = shutdown_signal()?;
     let mode = if cfg.file.multitenant {
         TenancyMode::Multi
@@ -150,20 +167,6 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         limits: cfg.file.limits.clone(),
         flat_lists: cfg.file.rest.envelope == "flat",
     });
-    // gRPC: on a multitenant engine only loopback (SPEC.md "Tenant selection").
-    if cfg.file.multitenant && !grpc_addr.ip().is_loopback() {
-        return Err(format!(
-            "refusing to bind gRPC to non-loopback address {grpc_addr} on a multitenant engine (it takes only the bootstrap token)"
-        ));
-    }
-    let grpc_listener = tokio::net::TcpListener::bind(grpc_addr)
-        .await
-        .map_err(|e| format!("cannot listen on {grpc_addr} (gRPC): {e}"))?;
-    let grpc_bound = grpc_listener.local_addr().map_err(|e| e.to_string())?;
-    let listener = tokio::net::TcpListener::bind(http_addr)
-        .await
-        .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
     crate::log::info(&format!(
         "engine {} serving data directory {} in {} with {} worker thread(s)",
         env!("CARGO_PKG_VERSION"),

@@ -571,6 +571,27 @@ def test_dev_token_on_non_loopback_refused(tmp_path, addr):
                "--grpc-addr", addr)
     assert p.returncode != 0 and p.stdout == ""
     assert any("gRPC" in m and "development token" in m for m in _error_messages(p.stderr))
+    assert not (tmp_path / "d").exists()  # refused before the store opened
+
+
+def test_refused_listeners_leave_no_data_directory(tmp_path):
+    """A start refused for its listeners (multitenant gRPC off loopback, a port in use) exits
+    before the store opens: no directory is created, and no tenancy mode fixed."""
+    p = _serve(tmp_path, "--data-dir", str(tmp_path / "mt"), "--multitenant", "--http-addr", "127.0.0.1:0",
+               "--grpc-addr", "0.0.0.0:0", token="a-real-token")
+    assert p.returncode != 0 and p.stdout == ""
+    assert any("non-loopback" in m and "multitenant" in m for m in _error_messages(p.stderr)), p.stderr
+    assert not (tmp_path / "mt").exists()
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = _serve(tmp_path, "--data-dir", str(tmp_path / "busy"), "--http-addr", f"127.0.0.1:{port}",
+                   "--grpc-addr", "127.0.0.1:0")
+    assert p.returncode != 0 and p.stdout == ""
+    assert any(f"127.0.0.1:{port}" in m for m in _error_messages(p.stderr)), p.stderr
+    assert not (tmp_path / "busy").exists()
 
 
 def test_real_token_on_non_loopback_starts(engine_factory):

@@ -155,11 +155,19 @@ impl FileConfig {
 
     pub fn parse(text: &str) -> Result<FileConfig, String> {
         let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
-        match table.get("schema_version").and_then(toml::Value::as_integer) {
+        let version = table.get("schema_version");
+        match version.and_then(toml::Value::as_integer) {
             Some(CONFIG_SCHEMA_VERSION) => {}
             Some(v) => {
                 return Err(format!(
                     "config version mismatch: the file has schema_version {v}; this build uses schema_version {CONFIG_SCHEMA_VERSION}"
+                ))
+            }
+            // Present but not an integer (`1.0`, `"1"`): named as it is written.
+            None if version.is_some() => {
+                return Err(format!(
+                    "config version mismatch: the file has schema_version {}, not an integer; this build uses schema_version {CONFIG_SCHEMA_VERSION}",
+                    version.map(toml::Value::to_string).unwrap_or_default()
                 ))
             }
             None => {
@@ -227,6 +235,10 @@ mod tests {
         assert!(FileConfig::parse("data_dir = \"x\"")
             .unwrap_err()
             .starts_with("config version mismatch"));
+        for wrong in ["schema_version = 1.0", "schema_version = \"1\""] {
+            let e = FileConfig::parse(wrong).unwrap_err();
+            assert!(e.contains("not an integer"), "{e}");
+        }
         let c = FileConfig::parse("schema_version = 1\n[listen]\nhttp = \"127.0.0.1:0\"").unwrap();
         assert_eq!(c.listen.http, "127.0.0.1:0");
         assert_eq!(c.listen.grpc, Listen::default().grpc);

@@ -60,6 +60,10 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
         file.runtime.workers = w;
     }
     file.validate()?;
+    // The SQL wire and Bolt listeners are not started yet; their addresses are still checked,
+    // so a typo is found now rather than when they are.
+    parse_addr("SQL wire", &file.listen.pg)?;
+    parse_addr("Bolt", &file.listen.bolt)?;
     let capability_secret = match args.capability_secret {
         Some(hex) => Some(crate::auth::capability_secret(&hex)?),
         None => None,
@@ -77,8 +81,9 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
 }
 
 fn parse_addr(what: &str, a: &str) -> Result<SocketAddr, String> {
-    a.parse()
-        .map_err(|_| format!("{what} address {a:?} is not an ip:port"))
+    a.parse().map_err(|_| {
+        format!("{what} address {a:?} is not an ip:port (an IP address, not a host name)")
+    })
 }
 
 fn announce(kind: &str, addr: SocketAddr) {

@@ -184,6 +184,9 @@ impl FileConfig {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        /// One request's time budget at most: past an hour a stuck request is not told from
+        /// a slow one.
+        const MAX_REQUEST_TIMEOUT_MS: u64 = 3_600_000;
         if self.rest.envelope != "spec" && self.rest.envelope != "flat" {
             return Err(format!(
                 "rest.envelope must be \"spec\" or \"flat\", not {:?}",
@@ -208,10 +211,13 @@ impl FileConfig {
         if self.runtime.workers > 1024 {
             return Err("runtime.workers must be between 0 (automatic) and 1024".into());
         }
-        if self.limits.max_body_bytes == 0 || self.limits.request_timeout_ms == 0 {
-            return Err(
-                "limits.max_body_bytes and limits.request_timeout_ms must be positive".into(),
-            );
+        if self.limits.max_body_bytes == 0 {
+            return Err("limits.max_body_bytes (--max-body-bytes) must be positive".into());
+        }
+        if !(1..=MAX_REQUEST_TIMEOUT_MS).contains(&self.limits.request_timeout_ms) {
+            return Err(format!(
+                "limits.request_timeout_ms must be between 1 and {MAX_REQUEST_TIMEOUT_MS} (one hour)"
+            ));
         }
         Ok(())
     }

@@ -488,8 +488,10 @@ def test_config_mismatch_message_starts_with_phrase(tmp_path, text):
     ('schema_version = 1\n[listen]\nhttp = "127.0.0.1:0"\nftp = "x"\n', "ftp"),
     ('schema_version = 1\n[rest]\nenvelope = "weird"\n', "envelope"),
     ('schema_version = 1\n[limits]\nmax_json_depth = 0\n', "max_json_depth"),
+    ('schema_version = 1\n[limits]\nrequest_timeout_ms = 3600001\n', "request_timeout_ms must be between 1 and 3600000"),
+    ('schema_version = 1\n[limits]\nmax_body_bytes = 0\n', "max_body_bytes (--max-body-bytes) must be positive"),
     ("schema_version = 1\nthis is not toml\n", ""),
-], ids=["unknown-top", "unknown-nested", "bad-envelope", "bad-depth", "not-toml"])
+], ids=["unknown-top", "unknown-nested", "bad-envelope", "bad-depth", "huge-timeout", "zero-body", "not-toml"])
 def test_bad_config_refused(tmp_path, text, needle):
     cfg = tmp_path / "engine.toml"
     cfg.write_text(text)

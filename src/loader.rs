@@ -311,17 +311,31 @@ pub async fn run(args: ImportArgs) -> i32 {
         }
     };
     let started = Instant::now();
-    let bar = progress(batches.documents, args.quiet);
+    let total = batches.documents;
+    let bar = progress(total, args.quiet);
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
     let args = Arc::new(args);
     let permits = Arc::new(Semaphore::new(args.concurrency));
     let mut tasks = Vec::with_capacity(batches.batches.len());
     let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Ctrl-C (SIGINT) stops sending: the batches in flight finish (or fail) and the summary
+    // says how far the load got.
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let interrupted = interrupted.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                interrupted.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+    }
     for (i, (first, n, ingest)) in batches.batches.into_iter().enumerate() {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
-        if failed.load(std::sync::atomic::Ordering::Relaxed) {
+        if failed.load(std::sync::atomic::Ordering::Relaxed)
+            || interrupted.load(std::sync::atomic::Ordering::Relaxed)
+        {
             break;
         }
         let (client, args, bar, failed) =
@@ -363,6 +377,12 @@ pub async fn run(args: ImportArgs) -> i32 {
         args.file.display()
     );
     match failure {
+        None if documents < total && interrupted.load(std::sync::atomic::Ordering::Relaxed) => {
+            eprintln!(
+                "interrupted: the {documents} document(s) counted above were imported (with --concurrency above 1 they need not be the first ones of the file); --merge-by makes a re-run safe"
+            );
+            130
+        }
         None => 0,
         Some((i, first, n, e)) => {
             eprintln!(

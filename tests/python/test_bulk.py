@@ -721,6 +721,29 @@ def test_cli_loader_claims_nothing_it_was_not_told(tmp_path, answer):
     assert ("no answer within 1 s" if answer is None else "not an ingest result") in out.stderr
 
 
+def test_cli_loader_interrupted_reports_how_far_it_got(module_engine, module_api, tmp_path):
+    """Ctrl-C stops sending; the batches in flight finish, and the summary says how many
+    documents were imported, which the store then holds."""
+    import signal
+    import time
+    label = unique("SIGINT")
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(json.dumps({"i": i, "pad": "p" * 200}) + "\n" for i in range(200_000)))
+    p = subprocess.Popen([ENGINE_BIN, "import", "--label", label, str(path), "--url", module_engine.url,
+                          "--batch-size", "500", "--concurrency", "1", "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine_env())
+    deadline = time.time() + 60
+    while time.time() < deadline and module_api.labels({}).get(label, 0) < 1000:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (out, err)
+    assert "interrupted:" in err
+    done = int(out.split("imported ")[1].split(" document")[0])
+    assert 1000 <= done < 200_000
+    assert module_api.labels({})[label] == done
+
+
 def test_cli_loader_reads_json_lines_with_a_byte_order_mark(module_engine, module_api, tmp_path):
     label = unique("BOM")
     path = tmp_path / "bom.jsonl"

@@ -41,7 +41,6 @@ fn sign(secret: &[u8], claims_segment: &str) -> HmacSha256 {
     mac
 }
 
-/// A token for these claims (the operator's helper; the server issues none).
 /// The shortest capability secret `serve` takes (128 bits).
 pub const MIN_SECRET_BYTES: usize = 16;
 
@@ -60,6 +59,7 @@ pub fn capability_secret(hex: &str) -> Result<Vec<u8>, String> {
     Ok(secret)
 }
 
+/// A token for these claims (the operator's helper; the server issues none).
 pub fn mint(secret: &[u8], claims: &Value) -> String {
     let segment = URL_SAFE_NO_PAD.encode(claims.to_string());
     let sig = sign(secret, &segment).finalize().into_bytes();

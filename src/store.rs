@@ -489,8 +489,13 @@ const CREATING: &str = "engine.redb.creating";
 fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(LOCK_FILE);
+    // Anything but a regular file (or a link to one) at the name is refused before it is
+    // opened: a FIFO would block the open.
     if std::fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
-        return Err(not_a_file(&path));
+        return Err(startup(format!(
+            "{} is not a regular file; remove it",
+            path.display()
+        )));
     }
     let opened = std::fs::OpenOptions::new()
         .create(true)
@@ -500,8 +505,7 @@ fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
         .custom_flags(libc::O_NONBLOCK)
         .open(&path);
     let file = match opened {
-        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
-        Ok(_) => return Err(not_a_file(&path)),
+        Ok(f) => f,
         Err(e) => {
             let unwritable = matches!(
                 e.kind(),
@@ -521,11 +525,7 @@ fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
                 .read(true)
                 .custom_flags(libc::O_NONBLOCK)
                 .open(&path);
-            match read_only {
-                Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
-                Ok(_) => return Err(not_a_file(&path)),
-                Err(_) => return Err(startup(format!("cannot open {}: {e}", path.display()))),
-            }
+            read_only.map_err(|_| startup(format!("cannot open {}: {e}", path.display())))?
         }
     };
     match file.try_lock() {
@@ -546,13 +546,6 @@ fn lock_data_dir(dir: &Path) -> Result<Option<std::fs::File>> {
             path.display()
         ))),
     }
-}
-
-fn not_a_file(path: &Path) -> Error {
-    startup(format!(
-        "{} is not a regular file; remove it",
-        path.display()
-    ))
 }
 
 /// Makes `path` name a whole redb file before redb opens it. `locked`: whether this process

@@ -169,40 +169,28 @@ impl EngineService for GrpcEngine {
             .within(self.engine.query_all(env))
             .await
             .map_err(|e| status(&e))?;
+        // Each batch closes before the record that would take it past STREAM_BATCH records
+        // or `batch_bytes`; the first (also when there is no record) carries `total`.
+        let batch = |records_json| pb::RecordBatch {
+            records_json,
+            total: 0,
+        };
         let mut batches: Vec<pb::RecordBatch> = Vec::new();
         let (mut open, mut bytes) = (Vec::new(), 0);
         for r in &records {
             let json = render::record(r).to_string();
-            if !open.is_empty() && bytes + json.len() > self.batch_bytes {
-                batches.push(pb::RecordBatch {
-                    records_json: std::mem::take(&mut open),
-                    total: 0,
-                });
+            let full = open.len() == STREAM_BATCH || bytes + json.len() > self.batch_bytes;
+            if full && !open.is_empty() {
+                batches.push(batch(std::mem::take(&mut open)));
                 bytes = 0;
             }
             bytes += json.len();
             open.push(json);
-            if open.len() == STREAM_BATCH {
-                batches.push(pb::RecordBatch {
-                    records_json: std::mem::take(&mut open),
-                    total: 0,
-                });
-                bytes = 0;
-            }
         }
-        if !open.is_empty() {
-            batches.push(pb::RecordBatch {
-                records_json: open,
-                total: 0,
-            });
+        if !open.is_empty() || batches.is_empty() {
+            batches.push(batch(open));
         }
-        match batches.first_mut() {
-            Some(b) => b.total = total,
-            None => batches.push(pb::RecordBatch {
-                records_json: vec![],
-                total,
-            }),
-        }
+        batches[0].total = total;
         let stream = tokio_stream::iter(batches.into_iter().map(Ok));
         Ok(Response::new(Box::pin(stream)))
     }

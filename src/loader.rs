@@ -297,10 +297,31 @@ fn progress(total: usize, quiet: bool) -> ProgressBar {
     bar
 }
 
+/// The server URL is `http://host:port` (an optional path prefix is kept): the loader speaks
+/// plain HTTP only, so another scheme is refused before any file is read, not reported later
+/// as a connection error.
+fn check_url(url: &str) -> Result<(), String> {
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|e| format!("not a URL ({e}); expected http://HOST:PORT"))?;
+    match uri.scheme_str() {
+        Some("http") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(()),
+        Some("http") => Err("no host; expected http://HOST:PORT".into()),
+        Some(other) => Err(format!(
+            "the loader speaks plain http only, not {other}:// (TLS is not built in; reach the engine over http, e.g. through a local tunnel)"
+        )),
+        None => Err("no scheme; expected http://HOST:PORT".into()),
+    }
+}
+
 /// Runs the loader; the exit code.
 pub async fn run(args: ImportArgs) -> i32 {
     if args.batch_size == 0 || args.concurrency == 0 {
         eprintln!("error: --batch-size and --concurrency must be at least 1");
+        return 2;
+    }
+    if let Err(e) = check_url(&args.url) {
+        eprintln!("error: --url {}: {e}", args.url);
         return 2;
     }
     let batches = match read_batches(&args) {

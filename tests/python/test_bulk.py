@@ -773,6 +773,11 @@ def test_cli_loader_reports_the_failing_batch(module_engine, module_api, tmp_pat
     unknown.write_text("x")
     bad_ext = loader(module_engine, "--label", label, str(unknown), "--url", module_engine.url)
     assert bad_ext.returncode == 2 and "--format" in bad_ext.stderr
+    # Only plain http is spoken: another scheme, or none, is refused up front by name.
+    for url, why in [("https://127.0.0.1:1", "plain http only, not https://"),
+                     ("127.0.0.1:3000", "no scheme"), ("http://", "not a URL")]:
+        out = loader(module_engine, "--label", label, str(path), "--url", url)
+        assert out.returncode == 2 and f"--url {url}: " in out.stderr and why in out.stderr, out.stderr
     # A quoted cell left open is refused whole, naming its line, as the server refuses it
     # (the rows after it would otherwise become part of that cell).
     open_quote = tmp_path / "open.csv"

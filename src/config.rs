@@ -189,7 +189,7 @@ impl FileConfig {
         const MAX_REQUEST_TIMEOUT_MS: u64 = 3_600_000;
         if self.rest.envelope != "spec" && self.rest.envelope != "flat" {
             return Err(format!(
-                "rest.envelope must be \"spec\" or \"flat\", not {:?}",
+                "rest.envelope (--rest-envelope) must be \"spec\" or \"flat\", not {:?}",
                 self.rest.envelope
             ));
         }
@@ -209,7 +209,7 @@ impl FileConfig {
             return Err("storage.key_memo_mb must be between 0 and 1048576".into());
         }
         if self.runtime.workers > 1024 {
-            return Err("runtime.workers must be between 0 (automatic) and 1024".into());
+            return Err("runtime.workers (--workers, ENGINE_WORKERS) must be between 0 (automatic) and 1024".into());
         }
         if self.limits.max_body_bytes == 0 {
             return Err("limits.max_body_bytes (--max-body-bytes) must be positive".into());

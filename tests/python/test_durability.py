@@ -502,6 +502,12 @@ def test_bad_config_refused(tmp_path, text, needle):
     assert _error_messages(p.stderr)
 
 
+def test_bad_workers_flag_names_its_sources(tmp_path):
+    p = _serve(tmp_path, "--workers", "100000", "--data-dir", str(tmp_path / "d"), "--http-addr", "127.0.0.1:0")
+    assert p.returncode == 2 and p.stdout == ""
+    assert "runtime.workers (--workers, ENGINE_WORKERS) must be between 0 (automatic) and 1024" in p.stderr, p.stderr
+
+
 def test_valid_config_is_applied(engine_factory, tmp_path):
     cfg = tmp_path / "engine.toml"
     cfg.write_text('schema_version = 1\n[listen]\nhttp = "127.0.0.1:0"\n[limits]\nmax_body_bytes = 300\n'

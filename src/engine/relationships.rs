@@ -489,14 +489,19 @@ fn bulk_pairs<R: KvRead>(kv: &R, t: u64, src: &Side, tgt: &Side) -> Result<Vec<(
     Ok(pairs)
 }
 
-/// A parsed relationship query.
+/// A parsed relationship query. The top-level conditions of `where` are folded into the
+/// selectors they narrow (every condition is AND-ed: adding one never widens the answer);
+/// conditions under `$and/$or/$not/$nor/$xor` stay a tree (`cond`) checked on each candidate.
 pub(super) struct RelSpec {
-    source_labels: Vec<String>,
-    target_labels: Vec<String>,
+    /// The source's label must be one of these; `None`: any label.
+    source_labels: Option<Vec<String>>,
+    target_labels: Option<Vec<String>>,
     source: Filter,
     target: Filter,
-    types: Vec<String>,
+    /// The relationship's type must be one of these; `None`: any type.
+    types: Option<Vec<String>>,
     props: Filter,
+    cond: Option<RelCond>,
     dir: Option<Direction>,
     order: Vec<OrderKey>,
     offset: usize,
@@ -521,6 +526,250 @@ fn string_list(v: &Value, what: &str) -> Result<Vec<String>> {
     }
 }
 
+/// A relationship search `where` subtree under a logical operator: the operators mean what
+/// they mean in record where trees (BEHAVIOUR.md §2), over the keys relationship search gives
+/// a meaning (`type`, `sourceLabel`, `targetLabel`, `sourceRecord`, `targetRecord`) and
+/// relationship property filters (every other key).
+enum RelCond {
+    And(Vec<RelCond>),
+    Or(Vec<RelCond>),
+    Nor(Vec<RelCond>),
+    Xor(Vec<RelCond>),
+    Not(Box<RelCond>),
+    Type(Vec<String>),
+    SourceLabel(Vec<String>),
+    TargetLabel(Vec<String>),
+    SourceRecord(Filter),
+    TargetRecord(Filter),
+    Props(Filter),
+}
+
+/// One candidate relationship in one orientation, as a `RelCond` sees it.
+struct Candidate<'a> {
+    rel_type: &'a str,
+    probe: &'a Record,
+    /// (id, label) of the end taken as the source, and of the one taken as the target.
+    source: (&'a Uuid, &'a str),
+    target: (&'a Uuid, &'a str),
+}
+
+/// What one relationship query reads as it runs: the store, the walker that answers traversal
+/// blocks of endpoint filters, and what it has already read of the endpoints (each endpoint
+/// is read at most once per side selector and once for the `RelCond` filters).
+struct Reads<'a, R: KvRead> {
+    kv: &'a R,
+    t: u64,
+    w: &'a Walker<'a, R>,
+    /// (record, taken as the source) -> whether it passes that side's selector, and its label.
+    sides: HashMap<(Uuid, bool), Option<(bool, String)>>,
+    /// Endpoint records read for `RelCond::SourceRecord` / `TargetRecord`.
+    records: HashMap<Uuid, Option<Record>>,
+}
+
+impl<R: KvRead> Reads<'_, R> {
+    /// Whether the record `id` passes `f` (a record that does not exist passes nothing).
+    fn record_passes(&mut self, id: &Uuid, f: &Filter) -> Result<bool> {
+        if !self.records.contains_key(id) {
+            let r = rstore::get_record(self.kv, self.t, id)?;
+            self.records.insert(*id, r);
+        }
+        let ok = match self.records.get(id) {
+            Some(Some(r)) => exec::matches(&[], f, self.w, r),
+            _ => false,
+        };
+        self.w.finish()?;
+        Ok(ok)
+    }
+}
+
+impl RelCond {
+    fn eval<R: KvRead>(&self, c: &Candidate<'_>, ends: &mut Reads<'_, R>) -> Result<bool> {
+        let all = |cs: &[RelCond], ends: &mut Reads<'_, R>| -> Result<Vec<bool>> {
+            cs.iter().map(|x| x.eval(c, ends)).collect()
+        };
+        Ok(match self {
+            RelCond::And(cs) => {
+                for x in cs {
+                    if !x.eval(c, ends)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            RelCond::Or(cs) => {
+                for x in cs {
+                    if x.eval(c, ends)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+            RelCond::Nor(cs) => !all(cs, ends)?.into_iter().any(|b| b),
+            RelCond::Xor(cs) => all(cs, ends)?.into_iter().filter(|b| *b).count() == 1,
+            RelCond::Not(x) => !x.eval(c, ends)?,
+            RelCond::Type(ts) => ts.iter().any(|t| t == c.rel_type),
+            RelCond::SourceLabel(ls) => ls.iter().any(|l| l == c.source.1),
+            RelCond::TargetLabel(ls) => ls.iter().any(|l| l == c.target.1),
+            RelCond::SourceRecord(f) => ends.record_passes(c.source.0, f)?,
+            RelCond::TargetRecord(f) => ends.record_passes(c.target.0, f)?,
+            RelCond::Props(f) => f.eval(c.probe, &NoGraph),
+        })
+    }
+}
+
+/// The parts of a relationship search `where` object, its top-level keys sorted by meaning.
+#[derive(Default)]
+struct RelWhere {
+    types: Vec<Vec<String>>,
+    source_labels: Vec<Vec<String>>,
+    target_labels: Vec<Vec<String>>,
+    source_records: Vec<Filter>,
+    target_records: Vec<Filter>,
+    /// `direction` (top level only).
+    direction: Option<String>,
+    /// Relationship property filters (every other key), as one where object.
+    props: Map<String, Value>,
+    /// Logical operators over relationship search keys.
+    logical: Vec<RelCond>,
+}
+
+/// A list of names in a relationship search `where` (`type`, `sourceLabel`, `targetLabel`):
+/// as a record filter's `$in`, an empty list would match nothing, so it is refused.
+fn where_names(v: &Value, what: &str) -> Result<Vec<String>> {
+    let names = string_list(v, what)?;
+    if names.is_empty() {
+        return Err(Error::invalid(format!(
+            "{what}: must list at least one value"
+        )));
+    }
+    Ok(names)
+}
+
+/// Relationship types as stored (the SDK's default type read as the engine's).
+fn types_of(names: Vec<String>, what: &str) -> Result<Vec<String>> {
+    names.iter().map(|t| rel_type(Some(t), what)).collect()
+}
+
+fn labels_of(names: Vec<String>) -> Result<Vec<String>> {
+    names.iter().try_for_each(|l| check_label(l))?;
+    Ok(names)
+}
+
+/// Upper bound on the logical nodes of one relationship search `where` (each property part
+/// is bounded by `filter::MAX_NODES` on its own).
+const MAX_REL_COND_NODES: usize = filter::MAX_NODES;
+
+impl RelWhere {
+    fn parse(v: &Value, path: &str, top: bool, nodes: &mut usize) -> Result<RelWhere> {
+        *nodes += 1;
+        if *nodes > MAX_REL_COND_NODES {
+            return Err(Error::invalid(format!(
+                "{path}: a where tree holds at most {MAX_REL_COND_NODES} nodes"
+            )));
+        }
+        let m = match v {
+            Value::Object(m) => m,
+            Value::Null => return Ok(RelWhere::default()),
+            _ => return Err(Error::invalid(format!("{path}: expected an object"))),
+        };
+        let mut w = RelWhere::default();
+        for (k, v) in m {
+            let p = format!("{path}.{k}");
+            match k.as_str() {
+                "type" => w.types.push(types_of(where_names(v, &p)?, &p)?),
+                "sourceLabel" => w.source_labels.push(labels_of(where_names(v, &p)?)?),
+                "targetLabel" => w.target_labels.push(labels_of(where_names(v, &p)?)?),
+                "sourceRecord" => w.source_records.push(filter::parse(Some(v), &p)?),
+                "targetRecord" => w.target_records.push(filter::parse(Some(v), &p)?),
+                "direction" if top => {
+                    w.direction = Some(
+                        v.as_str()
+                            .ok_or_else(|| {
+                                Error::invalid(format!("{p}: expected \"in\" or \"out\""))
+                            })?
+                            .to_string(),
+                    )
+                }
+                "direction" => {
+                    return Err(Error::invalid(format!(
+                        "{p}: direction applies to the whole search; give it at the top of where (or as the body's direction)"
+                    )))
+                }
+                "$and" | "$or" | "$nor" | "$xor" => {
+                    // As in record where trees: an array of where objects, or one object.
+                    let parts = match v {
+                        Value::Array(items) => items
+                            .iter()
+                            .enumerate()
+                            .map(|(i, x)| {
+                                let q = format!("{p}[{i}]");
+                                RelWhere::parse(x, &q, false, nodes)?.cond(&q)
+                            })
+                            .collect::<Result<Vec<_>>>()?,
+                        Value::Object(_) => vec![RelWhere::parse(v, &p, false, nodes)?.cond(&p)?],
+                        _ => {
+                            return Err(Error::invalid(format!(
+                                "{p}: expected an array of where objects"
+                            )))
+                        }
+                    };
+                    w.logical.push(match k.as_str() {
+                        "$and" => RelCond::And(parts),
+                        "$or" => RelCond::Or(parts),
+                        "$nor" => RelCond::Nor(parts),
+                        _ => RelCond::Xor(parts),
+                    });
+                }
+                "$not" => {
+                    let inner = RelWhere::parse(v, &p, false, nodes)?.cond(&p)?;
+                    w.logical.push(RelCond::Not(Box::new(inner)));
+                }
+                _ => {
+                    w.props.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Ok(w)
+    }
+
+    /// The relationship property filter of the object's other keys.
+    fn props_filter(&self, path: &str) -> Result<Filter> {
+        let props = filter::parse(Some(&Value::Object(self.props.clone())), path)?;
+        if props.has_related() {
+            return Err(Error::invalid(format!(
+                "{path}: relationship property filters cannot hold related-label blocks (use source.where / target.where, or sourceRecord / targetRecord)"
+            )));
+        }
+        Ok(props)
+    }
+
+    /// The whole object as one condition (all its keys AND-ed).
+    fn cond(self, path: &str) -> Result<RelCond> {
+        let mut parts = Vec::new();
+        if !self.props.is_empty() {
+            parts.push(RelCond::Props(self.props_filter(path)?));
+        }
+        parts.extend(self.types.into_iter().map(RelCond::Type));
+        parts.extend(self.source_labels.into_iter().map(RelCond::SourceLabel));
+        parts.extend(self.target_labels.into_iter().map(RelCond::TargetLabel));
+        parts.extend(self.source_records.into_iter().map(RelCond::SourceRecord));
+        parts.extend(self.target_records.into_iter().map(RelCond::TargetRecord));
+        parts.extend(self.logical);
+        Ok(match parts.len() {
+            1 => parts.remove(0),
+            _ => RelCond::And(parts),
+        })
+    }
+}
+
+/// `a` narrowed by every list of `more` (each a condition AND-ed with it): the names in all.
+fn narrow(a: Option<Vec<String>>, more: Vec<Vec<String>>) -> Option<Vec<String>> {
+    more.into_iter().fold(a, |acc, b| match acc {
+        None => Some(b),
+        Some(a) => Some(a.into_iter().filter(|x| b.contains(x)).collect()),
+    })
+}
+
 fn and(a: Filter, b: Filter) -> Filter {
     match (a, b) {
         (Filter::True, f) | (f, Filter::True) => f,
@@ -530,59 +779,49 @@ fn and(a: Filter, b: Filter) -> Filter {
 
 impl RelSpec {
     pub(super) fn parse(q: RelationshipQuery) -> Result<RelSpec> {
-        let mut source_labels = q.source_labels.unwrap_or_default();
-        let mut target_labels = q.target_labels.unwrap_or_default();
         let mut source = filter::parse(q.source_predicate.as_ref(), "source.where")?;
         let mut target = filter::parse(q.target_predicate.as_ref(), "target.where")?;
-        let mut types = match &q.relation_type {
-            None | Some(Value::Null) => vec![],
-            Some(v) => string_list(v, "type")?,
+        // The selectors: an empty list (or none) means any label or type.
+        let non_empty = |v: Option<Vec<String>>| v.filter(|v| !v.is_empty());
+        let types = match &q.relation_type {
+            None | Some(Value::Null) => None,
+            Some(v) => non_empty(Some(types_of(string_list(v, "type")?, "type")?)),
         };
+        let source_labels = non_empty(q.source_labels).map(labels_of).transpose()?;
+        let target_labels = non_empty(q.target_labels).map(labels_of).transpose()?;
         // The predicate filters relationship properties; a few keys name other parts
-        // (SPEC.md "Relationship search body").
-        let mut rest = Map::new();
-        let mut dir_in_where = None;
-        if let Some(p) = &q.predicate {
-            let Value::Object(m) = p else {
-                return Err(Error::invalid("where: expected an object"));
-            };
-            for (k, v) in m {
-                match k.as_str() {
-                    "type" => types.extend(string_list(v, "where.type")?),
-                    "direction" => {
-                        dir_in_where = Some(
-                            v.as_str()
-                                .ok_or_else(|| {
-                                    Error::invalid("where.direction: expected \"in\" or \"out\"")
-                                })?
-                                .to_string(),
-                        )
-                    }
-                    "sourceLabel" => source_labels.extend(string_list(v, "where.sourceLabel")?),
-                    "targetLabel" => target_labels.extend(string_list(v, "where.targetLabel")?),
-                    "sourceRecord" => {
-                        source = and(source, filter::parse(Some(v), "where.sourceRecord")?)
-                    }
-                    "targetRecord" => {
-                        target = and(target, filter::parse(Some(v), "where.targetRecord")?)
-                    }
-                    _ => {
-                        rest.insert(k.clone(), v.clone());
-                    }
+        // (SPEC.md "Relationship search body"). Each narrows the selectors it names.
+        let w = match &q.predicate {
+            None => RelWhere::default(),
+            Some(p) => {
+                if !p.is_object() && !p.is_null() {
+                    return Err(Error::invalid("where: expected an object"));
                 }
+                RelWhere::parse(p, "where", true, &mut 0)?
             }
+        };
+        let props = w.props_filter("where")?;
+        let types = narrow(types, w.types);
+        let source_labels = narrow(source_labels, w.source_labels);
+        let target_labels = narrow(target_labels, w.target_labels);
+        for f in w.source_records {
+            source = and(source, f);
         }
-        let props = filter::parse(Some(&Value::Object(rest)), "where")?;
-        if props.has_related() {
-            return Err(Error::invalid(
-                "where: relationship property filters cannot hold related-label blocks (use source.where / target.where)",
-            ));
+        for f in w.target_records {
+            target = and(target, f);
         }
-        for l in source_labels.iter().chain(&target_labels) {
-            check_label(l)?;
-        }
-        for t in types.iter_mut() {
-            *t = rel_type(Some(t), "type")?;
+        let cond = match w.logical.len() {
+            0 => None,
+            1 => w.logical.into_iter().next(),
+            _ => Some(RelCond::And(w.logical)),
+        };
+        let dir_in_where = w.direction;
+        if let (Some(a), Some(b)) = (&q.direction, &dir_in_where) {
+            if a != b {
+                return Err(Error::invalid(format!(
+                    "direction {a:?} and where.direction {b:?} disagree; give one"
+                )));
+            }
         }
         let (offset, limit) = paging(q.offset, q.limit, DEFAULT_REL_LIMIT)?;
         Ok(RelSpec {
@@ -592,6 +831,7 @@ impl RelSpec {
             target,
             types,
             props,
+            cond,
             dir: direction(
                 q.direction.as_deref().or(dir_in_where.as_deref()),
                 "direction",
@@ -612,47 +852,46 @@ impl RelSpec {
     /// filter is then decided without reading the record.
     fn side_ok<R: KvRead>(
         &self,
-        (kv, t, w): (&R, u64, &Walker<'_, R>),
+        reads: &mut Reads<'_, R>,
         id: &Uuid,
         is_source: bool,
         known: Option<&str>,
-        cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>,
     ) -> Result<Option<String>> {
         let (labels, f) = if is_source {
             (&self.source_labels, &self.source)
         } else {
             (&self.target_labels, &self.target)
         };
+        let label_ok = |l: &str| labels.as_ref().is_none_or(|ls| ls.iter().any(|x| x == l));
         if let (Some(label), Filter::True) = (known, f) {
-            let ok = labels.is_empty() || labels.iter().any(|l| l == label);
-            return Ok(ok.then(|| label.to_string()));
+            return Ok(label_ok(label).then(|| label.to_string()));
         }
-        if let Some(hit) = cache.get(&(*id, is_source)) {
+        if let Some(hit) = reads.sides.get(&(*id, is_source)) {
             return Ok(hit.as_ref().filter(|(ok, _)| *ok).map(|(_, l)| l.clone()));
         }
         // Without a filter on this side only the label is needed.
+        let (kv, t, w) = (reads.kv, reads.t, reads.w);
         let res = if matches!(f, Filter::True) {
-            rstore::get_label(kv, t, id)?.map(|l| (labels.is_empty() || labels.contains(&l), l))
+            rstore::get_label(kv, t, id)?.map(|l| (label_ok(&l), l))
         } else {
-            rstore::get_record(kv, t, id)?.map(|r| (exec::matches(labels, f, w, &r), r.label))
+            rstore::get_record(kv, t, id)?
+                .map(|r| (label_ok(&r.label) && exec::matches(&[], f, w, &r), r.label))
         };
         w.finish()?;
-        cache.insert((*id, is_source), res.clone());
+        reads.sides.insert((*id, is_source), res.clone());
         Ok(res.filter(|(ok, _)| *ok).map(|(_, l)| l))
     }
 
-    /// (source label, target label) when the relationship matches in the given orientation.
-    /// `known`: the (source, target) labels when the caller has them.
-    #[allow(clippy::too_many_arguments)]
+    /// (source label, target label) when the relationship matches in the given orientation
+    /// (`swapped`: its target taken as the source). `known`: the (source, target) labels
+    /// when the caller has them; `probe`: the relationship as a record (its type as label).
     fn matches<R: KvRead>(
         &self,
-        kv: &R,
-        t: u64,
-        w: &Walker<'_, R>,
+        reads: &mut Reads<'_, R>,
         rel: &Relationship,
+        probe: &Record,
         swapped: bool,
         known: Option<(&str, &str)>,
-        cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>,
     ) -> Result<Option<(String, String)>> {
         let ((a, ka), (b, kb)) = {
             let s = (&rel.source, known.map(|k| k.0));
@@ -663,12 +902,23 @@ impl RelSpec {
                 (s, g)
             }
         };
-        let Some(la) = self.side_ok((kv, t, w), a, true, ka, cache)? else {
+        let Some(la) = self.side_ok(reads, a, true, ka)? else {
             return Ok(None);
         };
-        let Some(lb) = self.side_ok((kv, t, w), b, false, kb, cache)? else {
+        let Some(lb) = self.side_ok(reads, b, false, kb)? else {
             return Ok(None);
         };
+        if let Some(cond) = &self.cond {
+            let c = Candidate {
+                rel_type: &rel.rel_type,
+                probe,
+                source: (a, &la),
+                target: (b, &lb),
+            };
+            if !cond.eval(&c, reads)? {
+                return Ok(None);
+            }
+        }
         Ok(Some(if swapped { (lb, la) } else { (la, lb) }))
     }
 
@@ -680,15 +930,23 @@ impl RelSpec {
         edges: Option<Vec<rels::Adjacent>>,
     ) -> Result<(Vec<render::RelationshipView>, u64)> {
         let w = Walker::new(kv, t);
-        let mut cache = HashMap::new();
+        let mut reads = Reads {
+            kv,
+            t,
+            w: &w,
+            sides: HashMap::new(),
+            records: HashMap::new(),
+        };
         let mut hits: Vec<(Record, String, String, Relationship)> = Vec::new();
         // `known`: the endpoints' (source, target) labels, when the caller has them.
         let mut consider = |mut rel: Relationship,
                             known: Option<(&str, &str)>,
-                            cache: &mut HashMap<(Uuid, bool), Option<(bool, String)>>|
+                            reads: &mut Reads<'_, R>|
          -> Result<()> {
-            if !self.types.is_empty() && !self.types.contains(&rel.rel_type) {
-                return Ok(());
+            if let Some(types) = &self.types {
+                if !types.contains(&rel.rel_type) {
+                    return Ok(());
+                }
             }
             let probe = Record {
                 id: rel.id,
@@ -701,11 +959,11 @@ impl RelSpec {
                 return Ok(());
             }
             let found = match self.dir {
-                Some(Direction::Out) => self.matches(kv, t, &w, &rel, false, known, cache)?,
-                Some(Direction::In) => self.matches(kv, t, &w, &rel, true, known, cache)?,
-                None => match self.matches(kv, t, &w, &rel, false, known, cache)? {
+                Some(Direction::Out) => self.matches(reads, &rel, &probe, false, known)?,
+                Some(Direction::In) => self.matches(reads, &rel, &probe, true, known)?,
+                None => match self.matches(reads, &rel, &probe, false, known)? {
                     Some(x) => Some(x),
-                    None => self.matches(kv, t, &w, &rel, true, known, cache)?,
+                    None => self.matches(reads, &rel, &probe, true, known)?,
                 },
             };
             if let Some((sl, tl)) = found {
@@ -728,11 +986,11 @@ impl RelSpec {
                         Direction::Out => (label.as_str(), a.other_label.as_str()),
                         Direction::In => (a.other_label.as_str(), label.as_str()),
                     };
-                    consider(a.rel, Some(known), &mut cache)?;
+                    consider(a.rel, Some(known), &mut reads)?;
                 }
             }
             None => rels::scan_relationships(kv, t, &mut |rel| {
-                consider(rel, None, &mut cache)?;
+                consider(rel, None, &mut reads)?;
                 Ok(true)
             })?,
         }

@@ -646,3 +646,76 @@ def test_relationship_search_type_in_empty_is_refused(api, shop):
         assert_rest_error(r, 400, "invalid_argument", message_contains=[f"where.type.{op}"])
     r = api.post("/api/v1/relationships/search", {"where": {"type": {"$in": ["NO_SUCH_TYPE"]}}})
     assert r.status_code == 200 and r.json()["data"]["total"] == 0, r.text
+
+
+def test_relationship_search_keys_compose_under_logical_operators(api, shop):
+    """`type`, `sourceLabel`, `targetLabel`, `sourceRecord` and `targetRecord` mean the same
+    under `$and/$or/$not/$nor/$xor` as at the top of `where` (they had been read as property
+    names there, which no relationship can have), and every key narrows the answer."""
+    s = shop
+    api.post(f"/api/v1/relationships/{s['o1']}", {"targetIds": s["i2"], "type": "CONTAINS", "properties": {"qty": 3}})
+    everything = all_relationships(api)
+
+    def expect(pred):
+        return {r["id"] for r in everything if pred(r)}
+
+    def got(body):
+        return {r["id"] for r in rel_search(api, {**body, "direction": "out"})["data"]}
+
+    label = {}
+    for k, v in s.items():
+        label[v] = {"a": "Customer", "b": "Customer", "o": "Order", "i": "Item"}[k[0]]
+    cases = [
+        ({"where": {"$or": [{"type": "PLACED"}, {"type": "CONTAINS"}]}},
+         lambda r: r["type"] in ("PLACED", "CONTAINS")),
+        ({"where": {"$and": [{"type": "PLACED"}]}}, lambda r: r["type"] == "PLACED"),
+        ({"where": {"$not": {"type": "PLACED"}}}, lambda r: r["type"] != "PLACED"),
+        ({"where": {"$nor": [{"type": "PLACED"}, {"qty": 3}]}},
+         lambda r: r["type"] != "PLACED" and r["properties"].get("qty") != 3),
+        ({"where": {"$xor": [{"type": "CONTAINS"}, {"targetLabel": "Item", "sourceRecord": {"n": 1}}]}},
+         lambda r: (r["type"] == "CONTAINS") != (r["targetLabel"] == "Item" and r["sourceId"] == s["o1"])),
+        ({"where": {"$or": [{"qty": 3}, {"sourceLabel": "Customer"}]}},
+         lambda r: r["properties"].get("qty") == 3 or r["sourceLabel"] == "Customer"),
+        ({"where": {"$or": [{"sourceRecord": {"name": "Ann"}}, {"targetRecord": {"sku": "a"}}]}},
+         lambda r: r["sourceId"] == s["ann"] or r["targetId"] == s["i1"]),
+        ({"where": {"$not": {"targetRecord": {"price": {"$gt": 10}}}, "type": "CONTAINS"}},
+         lambda r: r["type"] == "CONTAINS" and r["targetId"] != s["i2"]),
+        # a where key narrows the selectors it names (had widened them: the lists were merged)
+        ({"source": {"labels": ["Customer"]}, "where": {"sourceLabel": "Order"}}, lambda r: False),
+        ({"source": {"labels": ["Customer", "Order"]}, "where": {"sourceLabel": ["Order", "Item"]}},
+         lambda r: r["sourceLabel"] == "Order"),
+        ({"type": "PLACED", "where": {"type": "CONTAINS"}}, lambda r: False),
+        ({"source": {"where": {"name": "Ann"}}, "where": {"sourceRecord": {"country": "FR"}}}, lambda r: False),
+    ]
+    for body, pred in cases:
+        want = expect(pred)
+        assert got(body) == want, body
+    assert all(label[r["sourceId"]] == r["sourceLabel"] for r in everything)
+
+    # Without direction, a candidate passes in either orientation, conditions included.
+    out = rel_search(api, {"source": {"labels": ["Order"]}, "where": {"$or": [{"targetLabel": "Customer"}]}})
+    assert {(r["sourceId"], r["targetId"]) for r in out["data"]} == {
+        (s["ann"], s["o1"]), (s["ann"], s["o2"]), (s["bob"], s["o3"])}
+
+    # Protocol v1 reads the same tree.
+    r = api.protocol({"kind": "query", "query": {"kind": "relationships", "query": {
+        "sourceLabels": ["Customer"], "predicate": {"$or": [{"type": "PLACED"}]}}}})
+    assert r.status_code == 200 and r.json()["response"]["total"] == 3, r.text
+    r = api.protocol({"kind": "query", "query": {"kind": "relationships", "query": {
+        "relationType": "PLACED", "predicate": {"type": "CONTAINS"}}}})
+    assert r.status_code == 200 and r.json()["response"]["total"] == 0, r.text
+
+    # Refused, by name: empty name lists, a nested direction, two directions that disagree,
+    # a non-empty top-level labels, a related-label block among relationship properties.
+    for body, where in [
+        ({"where": {"type": []}}, "where.type"),
+        ({"where": {"$or": [{"sourceLabel": []}]}}, "where.$or[0].sourceLabel"),
+        ({"where": {"$or": [{"direction": "in"}]}}, "where.$or[0].direction"),
+        ({"direction": "out", "where": {"direction": "in"}}, "disagree"),
+        ({"labels": ["Customer"]}, "labels"),
+        ({"where": {"$or": [{"Item": {"sku": "a"}}]}}, "related-label blocks"),
+        ({"where": {"$or": 1}}, "where.$or"),
+    ]:
+        r = api.post("/api/v1/relationships/search", body)
+        assert_rest_error(r, 400, "invalid_argument", message_contains=[where])
+    assert rel_search(api, {"labels": []})["total"] == len(everything)

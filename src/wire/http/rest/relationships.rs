@@ -181,6 +181,9 @@ struct RelSearchBody {
     direction: Option<String>,
     #[serde(default, rename = "type")]
     rel_type: Option<Value>,
+    /// SearchDto's `labels` has no one meaning for a relationship: refused unless empty.
+    #[serde(default)]
+    labels: Option<Vec<String>>,
 }
 
 /// `POST /relationships/search`: paging from the query string or the body (the body wins).
@@ -191,6 +194,11 @@ pub async fn search(
 ) -> Result<HttpResponse> {
     let (qs_skip, qs_limit) = query_paging(&req)?;
     let b: RelSearchBody = decode_body(state, &req)?;
+    if b.labels.as_ref().is_some_and(|l| !l.is_empty()) {
+        return Err(Error::invalid(
+            "labels: relationship search takes the records' labels as source.labels and target.labels (and relationship types as where.type)",
+        ));
+    }
     let (source, target) = (b.source.unwrap_or_default(), b.target.unwrap_or_default());
     let op = Operation::Query(QueryOp::Relationships(RelationshipsQuery {
         query: RelationshipQuery {

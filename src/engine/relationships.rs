@@ -127,7 +127,9 @@ fn affected(out: Vec<WriteOutcome>) -> Outcome {
     )
 }
 
-/// The parsed selector of one side of a bulk link.
+/// The parsed selector of one side of a bulk link. Messages name a field by its REST name with
+/// its Protocol v1 name beside it (`key`/`property`, `where`/`predicate`,
+/// `manyToMany`/`allowCartesian`): both front-ends send this command.
 struct Side {
     label: String,
     key: Option<String>,
@@ -139,13 +141,13 @@ fn side(s: &LinkSide, what: &str, cartesian: bool) -> Result<Side> {
     let non_empty = matches!(&s.predicate, Some(Value::Object(m)) if !m.is_empty());
     if cartesian && !non_empty {
         return Err(Error::invalid(format!(
-            "{what}.where: manyToMany requires a non-empty where on both source and target"
+            "{what}.where ({what}.predicate): manyToMany (allowCartesian) requires a non-empty where on both source and target"
         )));
     }
     let key = s.property.clone().filter(|k| !k.is_empty());
     if !cartesian && key.is_none() {
         return Err(Error::invalid(format!(
-            "{what}.key is required unless manyToMany is true"
+            "{what}.key ({what}.property) is required unless manyToMany (allowCartesian) is true"
         )));
     }
     Ok(Side {

@@ -385,6 +385,13 @@ def test_bulk_create_and_delete_by_key(api):
     assert_rest_error(r, 400, "invalid_argument", message_contains=["manyToMany"])
     r = api.post("/api/v1/relationships/create-many", {"source": {"label": "U", "key": "uid"}, "target": {"label": "P"}})
     assert_rest_error(r, 400, "invalid_argument", message_contains=["target.key"])
+    # Protocol v1 sends the same command under its own field names; the message names both.
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "linkRecords", "command": {
+        "source": {"label": "U"}, "target": {"label": "P"}}}})
+    assert_protocol_error(r, 400, "invalid_argument", message_contains=["source.property", "allowCartesian"])
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "linkRecords", "command": {
+        "source": {"label": "U"}, "target": {"label": "P"}, "allowCartesian": True}}})
+    assert_protocol_error(r, 400, "invalid_argument", message_contains=["source.predicate", "allowCartesian"])
 
 
 def test_bulk_key_is_type_strict_and_never_links_a_record_to_itself(api):
@@ -460,6 +467,13 @@ def test_attach_validation(api, body, needle):
 def test_missing_records_are_404_and_detach_validation(api):
     src = api.create("V", {"x": 1})
     ghost = "0190a0b0-0000-7000-8000-000000000000"
+    # A path id that is not a UUIDv7 is named as the record id (not as `sourceIds[0]`).
+    v4 = "6b9c0c3e-2a3e-4c51-9a9e-1d2d3c4b5a69"
+    for call in (api.post, api.put):
+        for path in (f"/api/v1/relationships/{v4}", f"/api/v1/records/{v4}/relationships"):
+            r = call(path, {"targetIds": [src]})
+            err = assert_rest_error(r, 400, "invalid_argument", message_contains=[f"record id '{v4}'"])
+            assert "sourceIds" not in err["message"]
     r = api.post(f"/api/v1/relationships/{src}", {"targetIds": [ghost]})
     assert_rest_error(r, 404, "not_found", message_contains=[ghost])
     r = api.post(f"/api/v1/relationships/{ghost}", {"targetIds": [src]})

@@ -52,6 +52,8 @@ pub async fn attach(
     req: Request<Bytes>,
     id: &str,
 ) -> Result<HttpResponse> {
+    // The path's id is named as such (the operation would call it `sourceIds[0]`).
+    crate::model::parse_uuid_v7(id, "record id")?;
     let m = body_object(state, &req)?;
     let properties = match m.get("properties") {
         None | Some(Value::Null) => None,
@@ -83,6 +85,7 @@ pub async fn detach(
     req: Request<Bytes>,
     id: &str,
 ) -> Result<HttpResponse> {
+    crate::model::parse_uuid_v7(id, "record id")?;
     let m = body_object(state, &req)?;
     let types = match one_or_many(m.get("typeOrTypes"), "typeOrTypes")? {
         Some(OneOrMany::Many(ts)) => ts,

@@ -9,6 +9,12 @@
 //! - Every committed record the transaction reads or writes is remembered with the version it
 //!   had when first seen; commit puts a `Check` of each in front of the staged ops, so the
 //!   writer refuses the whole batch (409 conflict) if any changed since: first committer wins.
+//! - Relationships do not change a record's version, so the relationships the transaction
+//!   reads or writes are remembered apart, as digests of their adjacency entries when first
+//!   seen (a listed record's whole adjacency, an attach's or a search hit's (source, type,
+//!   target), a detach's pairs, a deleted record's whole adjacency); commit checks each the
+//!   same way (`CheckAdjacency`). Only a write's check is remembered once the write is
+//!   accepted: a refused write leaves nothing behind.
 //! - A transaction ends exactly once (commit, rollback or expiry), under its own lock; its id
 //!   is then remembered as expired for [`EXPIRED_MEMORY`] when it ended by expiry, with how
 //!   (rolled back, or committed or refused by its autocommit). An expiry records that before
@@ -27,6 +33,7 @@ use crate::protocol::{
     RecordQuery, StagedMutation, TransactionOp,
 };
 use crate::store::records::{self as rec, PutRecord, WriteOp, WriteOutcome};
+use crate::store::relationships::{adjacency_digest, AdjScope};
 use crate::store::{self, Tenant, STAGED_VERSION};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -51,6 +58,8 @@ pub struct Open {
     ops: Vec<WriteOp>,
     /// Committed records read or written, with the version first seen.
     seen: HashMap<Uuid, u64>,
+    /// Committed relationships read or written, with the digest first seen.
+    adjacency: HashMap<AdjScope, u64>,
     autocommit: bool,
     ended: bool,
     /// When the ttl elapses (its lease in [`Transactions::leases`]).
@@ -310,6 +319,53 @@ fn written_ids(op: &WriteOp) -> Vec<Uuid> {
     }
 }
 
+/// Whether an optional `select` / `aggregate` object names nothing.
+fn no_entries(v: &Option<serde_json::Value>) -> bool {
+    match v {
+        None | Some(serde_json::Value::Null) => true,
+        Some(serde_json::Value::Object(m)) => m.is_empty(),
+        Some(_) => false,
+    }
+}
+
+/// The relationships a staged write depends on: an attach replaces the properties of its
+/// (source, type, target) if there is one, a detach removes what is between its records, a
+/// delete removes every relationship of its record. (A link that is not unique, as an
+/// import's, adds a relationship whatever is there; a retype relabels whatever is there.)
+fn written_adjacency(op: &WriteOp) -> Vec<AdjScope> {
+    match op {
+        WriteOp::Link(l) if l.unique => vec![AdjScope::Triple {
+            source: l.source,
+            target: l.target,
+            rel_type: l.rel_type.clone(),
+        }],
+        WriteOp::Unlink(u) => u
+            .others
+            .iter()
+            .map(|o| AdjScope::Pair(u.node, *o))
+            .collect(),
+        WriteOp::Delete { id } => vec![AdjScope::Node(*id)],
+        _ => vec![],
+    }
+}
+
+/// The digests on `kv` (committed data) of the scopes not remembered yet.
+fn adjacency_digests<R: store::kv::KvRead>(
+    open: &Open,
+    kv: &R,
+    t: u64,
+    scopes: impl IntoIterator<Item = AdjScope>,
+) -> Result<Vec<(AdjScope, u64)>> {
+    let mut out: Vec<(AdjScope, u64)> = Vec::new();
+    for s in scopes {
+        if !open.adjacency.contains_key(&s) && !out.iter().any(|(x, _)| *x == s) {
+            let d = adjacency_digest(kv, t, &s)?;
+            out.push((s, d));
+        }
+    }
+    Ok(out)
+}
+
 pub fn parse_id(id: &str) -> Result<Uuid> {
     crate::model::parse_uuid_v7(id, "transaction id")
 }
@@ -351,6 +407,7 @@ impl Engine {
             tenant,
             ops: Vec::new(),
             seen: HashMap::new(),
+            adjacency: HashMap::new(),
             autocommit: b.autocommit.unwrap_or(false),
             ended: false,
             deadline,
@@ -502,10 +559,10 @@ impl Engine {
             )
             | Operation::Ingest(_)
             | Operation::Query(QueryOp::Record(_) | QueryOp::Relationships(_)) => {}
+            // SearchDto's defaults (`select: {}`, `aggregate: {}`, `groupBy: []`) mean plain
+            // records, and `groupBy` has an effect only with an aggregation (SPEC.md).
             Operation::Query(QueryOp::Records(q))
-                if q.query.aggregate.is_none()
-                    && q.query.select.is_none()
-                    && q.query.group_by.is_none() => {}
+                if no_entries(&q.query.aggregate) && no_entries(&q.query.select) => {}
             _ => return refuse(),
         }
         let open = &mut *g;
@@ -535,15 +592,38 @@ impl Engine {
                 })
             }
             Operation::Query(QueryOp::Relationships(q)) => {
+                let listed = q.query.record_id.clone();
                 let spec = super::relationships::RelSpec::parse(q.query)?;
                 // The records a listing or search reads (its record, the endpoints a side
                 // filter looks at) are read inside the transaction: remembered like any other.
-                let ((relationships, total), read) = self.staged_read(open, |kv, t| {
-                    let noting = NotingReads::new(kv, t);
-                    let out = spec.run(&noting, t, None)?;
-                    Ok((out, noting.read.into_inner()))
-                })?;
+                // So are the relationships it answers: a listing's record's whole adjacency,
+                // each hit of a search (digests of the committed data the read saw).
+                let snap = self.store.snapshot()?;
+                let (((relationships, total), read), digests) =
+                    store::staged_view(&snap, &open.tenant, open.ops.clone(), |kv, t, _| {
+                        let noting = NotingReads::new(kv, t);
+                        let (page, total) = spec.run(&noting, t, None)?;
+                        let scopes: Vec<AdjScope> = match &listed {
+                            Some(id) => vec![AdjScope::Node(crate::model::parse_uuid_v7(
+                                id,
+                                "record id",
+                            )?)],
+                            None => page
+                                .iter()
+                                .map(|v| AdjScope::Triple {
+                                    source: v.rel.source,
+                                    target: v.rel.target,
+                                    rel_type: v.rel.rel_type.clone(),
+                                })
+                                .collect(),
+                        };
+                        let digests = adjacency_digests(open, &snap, t, scopes)?;
+                        Ok((((page, total), noting.read.into_inner()), digests))
+                    })?;
                 note_versions(open, read);
+                for (scope, d) in digests {
+                    open.adjacency.entry(scope).or_insert(d);
+                }
                 Ok(Outcome::Relationships {
                     relationships,
                     total,
@@ -623,14 +703,17 @@ impl Engine {
             return Ok(out);
         }
         let snap = self.store.snapshot()?;
+        // What the writes depend on, as committed: remembered once they are accepted.
+        let (mut versions, mut digests) = (Vec::new(), Vec::new());
         if let Some(t) = self.store.tenant_id(&open.tenant) {
             for id in ops.iter().flat_map(written_ids) {
-                if let std::collections::hash_map::Entry::Vacant(v) = open.seen.entry(id) {
+                if !open.seen.contains_key(&id) {
                     if let Some(r) = rec::get_record(&snap, t, &id)? {
-                        v.insert(r.version);
+                        versions.push((id, r.version));
                     }
                 }
             }
+            digests = adjacency_digests(open, &snap, t, ops.iter().flat_map(written_adjacency))?;
         }
         let n = ops.len();
         let staged = open.ops.len();
@@ -639,10 +722,16 @@ impl Engine {
             match store::staged_view(&snap, &open.tenant, open.ops.clone(), |_, _, out| Ok(out)) {
                 Ok(out) => out,
                 Err(e) => {
-                    open.ops.truncate(staged); // refused: not staged
+                    open.ops.truncate(staged); // refused: not staged, nothing remembered
                     return Err(e);
                 }
             };
+        for (id, v) in versions.drain(..) {
+            open.seen.entry(id).or_insert(v);
+        }
+        for (scope, d) in digests.drain(..) {
+            open.adjacency.entry(scope).or_insert(d);
+        }
         let skip = out.len() - n;
         Ok(out.into_iter().skip(skip).collect())
     }
@@ -732,6 +821,11 @@ fn commit_ops(open: &mut Open) -> Vec<WriteOp> {
             version: *version,
         })
         .collect();
+    ops.extend(
+        open.adjacency
+            .drain()
+            .map(|(scope, digest)| WriteOp::CheckAdjacency { scope, digest }),
+    );
     ops.append(&mut open.ops);
     ops
 }

@@ -153,6 +153,12 @@ pub enum WriteOp {
     Reclaim {
         max: usize,
     },
+    /// Fails the batch with a conflict unless the record's relationships are exactly as they
+    /// were when a client transaction read or wrote them (`relationships::adjacency_digest`).
+    CheckAdjacency {
+        scope: super::relationships::AdjScope,
+        digest: u64,
+    },
     /// Fails the batch with a conflict unless the record exists with exactly this version
     /// (a client transaction's read and write set, checked at commit).
     Check {
@@ -598,6 +604,28 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                     "record {id} was deleted by another commit after this transaction read it"
                 ))),
             },
+            WriteOp::CheckAdjacency { scope, digest } => {
+                use super::relationships::{adjacency_digest, AdjScope};
+                if adjacency_digest(&*self.ov, self.tenant, &scope)? == digest {
+                    return Ok(WriteOutcome::Affected(0));
+                }
+                let which = match &scope {
+                    AdjScope::Node(id) => format!("the relationships of record {id}"),
+                    AdjScope::Pair(a, b) => {
+                        format!("the relationships between records {a} and {b}")
+                    }
+                    AdjScope::Triple {
+                        source,
+                        target,
+                        rel_type,
+                    } => format!(
+                        "the {rel_type:?} relationships from record {source} to record {target}"
+                    ),
+                };
+                Err(Error::conflict(format!(
+                    "{which} were changed by another commit after this transaction read or wrote them"
+                )))
+            }
             WriteOp::SetVector {
                 id,
                 property,

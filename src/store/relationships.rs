@@ -216,6 +216,60 @@ pub fn adjacent<R: KvRead + ?Sized>(
     })
 }
 
+/// The relationships a client transaction read or wrote, as a part of the adjacency
+/// entries: what its commit checks are unchanged (`WriteOp::CheckAdjacency`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AdjScope {
+    /// Every relationship of a record (its listing was read, or it is deleted).
+    Node(Uuid),
+    /// The relationships between two records, any type or direction (a detach).
+    Pair(Uuid, Uuid),
+    /// The relationships of one type from a source to a target (an attach, a search hit).
+    Triple {
+        source: Uuid,
+        target: Uuid,
+        rel_type: String,
+    },
+}
+
+/// A digest of the adjacency entries in `scope`, keys and values: it changes whenever one of
+/// those relationships is added, removed or rewritten, or an end relabelled. SipHash with
+/// fixed keys: the same entries give the same digest for the process's lifetime (no
+/// transaction outlives it, and nothing is persisted).
+pub fn adjacency_digest<R: KvRead + ?Sized>(kv: &R, tenant: u64, scope: &AdjScope) -> Result<u64> {
+    use std::hash::Hasher;
+    #[allow(deprecated)] // SipHasher: the std hasher with fixed keys, deterministic
+    let mut h = std::hash::SipHasher::new();
+    let (prefix, other) = match scope {
+        AdjScope::Node(n) => (Key::tenant(tenant, keys::ADJACENCY).uuid(n).0, None),
+        AdjScope::Pair(n, o) => (Key::tenant(tenant, keys::ADJACENCY).uuid(n).0, Some(o)),
+        AdjScope::Triple {
+            source,
+            target,
+            rel_type,
+        } => {
+            let k = Key::tenant(tenant, keys::ADJACENCY)
+                .uuid(source)
+                .u8(Direction::Out as u8)
+                .str(rel_type)
+                .uuid(target);
+            (k.0, None)
+        }
+    };
+    kv.scan_prefix(&prefix, false, &mut |k, v| {
+        // The key ends with the other end and the relationship id.
+        let at = k.len().saturating_sub(32);
+        if other.is_none_or(|o| k.get(at..at + 16) == Some(o.as_bytes().as_slice())) {
+            h.write_usize(k.len());
+            h.write(k);
+            h.write_usize(v.len());
+            h.write(v);
+        }
+        Ok(true)
+    })?;
+    Ok(h.finish())
+}
+
 /// Every relationship of `node`, once each (a self-loop has two adjacency entries).
 pub fn node_edges<R: KvRead + ?Sized>(kv: &R, tenant: u64, node: &Uuid) -> Result<Vec<Adjacent>> {
     Ok(node_edges_below(kv, tenant, node, usize::MAX)?.unwrap_or_default())

@@ -231,6 +231,121 @@ def test_records_read_by_relationship_reads_conflict_too(module_api):
     run(listing, c, False)
 
 
+def test_relationships_read_or_written_conflict_when_another_commit_changes_them(module_api):
+    """Attaching or detaching does not change a record's version, so the relationships a
+    transaction reads or writes are remembered apart: a commit that would overwrite, undo or
+    delete a relationship another client committed meanwhile answers 409 (no lost update)."""
+    label = unique("TXR")
+
+    def pair(rel=None):
+        a, b = module_api.create(label, {"n": 1}), module_api.create(label, {"n": 2})
+        if rel is not None:
+            r = module_api.post(f"/api/v1/records/{a}/relationships", {"targetIds": [b], "type": "T", "properties": rel})
+            assert r.status_code == 201, r.text
+        return a, b
+
+    def rels(a):
+        return [(x["type"], x["properties"]) for x in module_api.get(f"/api/v1/records/{a}/relationships").json()["data"]["data"]]
+
+    def attach(a, b, w, tx=None):
+        body = {"targetIds": [b], "type": "T", "properties": {"w": w}}
+        r = in_tx(module_api, tx, "POST", f"/api/v1/records/{a}/relationships", body) if tx else \
+            module_api.post(f"/api/v1/records/{a}/relationships", body)
+        assert r.status_code == 201, r.text
+
+    # an attach inside, the same attach outside: the inside one would overwrite w=2
+    a, b = pair()
+    tx = begin(module_api, ttl=20000)
+    attach(a, b, 1, tx)
+    attach(a, b, 2)
+    assert_rest_error(commit(module_api, tx), 409, "conflict", message_contains=[a, b])
+    assert rels(a) == [("T", {"w": 2})]
+    # a detach inside, a detach and a new attach outside: the commit would remove the new one
+    a, b = pair({"w": 0})
+    tx = begin(module_api, ttl=20000)
+    assert in_tx(module_api, tx, "PUT", f"/api/v1/records/{a}/relationships", {"targetIds": [b]}).status_code == 200
+    assert module_api.put(f"/api/v1/records/{a}/relationships", {"targetIds": [b]}).status_code == 200
+    attach(a, b, 9)
+    assert_rest_error(commit(module_api, tx), 409, "conflict")
+    assert rels(a) == [("T", {"w": 9})]
+    # a record deleted inside, a relationship to it attached outside
+    a, b = pair()
+    tx = begin(module_api, ttl=20000)
+    assert in_tx(module_api, tx, "DELETE", f"/api/v1/records/{b}").status_code == 200
+    attach(a, b, 3)
+    assert_rest_error(commit(module_api, tx), 409, "conflict", message_contains=[b])
+    assert rels(a) == [("T", {"w": 3})]
+    # a re-attach inside, a detach outside: the commit would bring the relationship back
+    a, b = pair({"w": 0})
+    tx = begin(module_api, ttl=20000)
+    attach(a, b, 5, tx)
+    assert module_api.put(f"/api/v1/records/{a}/relationships", {"targetIds": [b]}).status_code == 200
+    assert_rest_error(commit(module_api, tx), 409, "conflict")
+    assert rels(a) == []
+    # a listing read inside, an attach outside; a search hit read inside, its removal outside
+    a, b = pair({"w": 0})
+    c = module_api.create(label, {"n": 3})
+    for read, change in [
+        (("GET", f"/api/v1/records/{a}/relationships", None), lambda: attach(a, c, 1)),
+        (("POST", "/api/v1/relationships/search", {"where": {"sourceRecord": {"$id": a}, "w": 0}}),
+         lambda: module_api.put(f"/api/v1/records/{a}/relationships", {"targetIds": [b], "typeOrTypes": "T"})),
+    ]:
+        tx = begin(module_api, ttl=20000)
+        r = in_tx(module_api, tx, *read)
+        assert r.status_code == 200 and r.json()["data"]["total"] >= 1, r.text
+        assert in_tx(module_api, tx, "POST", "/api/v1/records", {"label": label, "data": {"x": 1}}).status_code == 201
+        change()
+        assert_rest_error(commit(module_api, tx), 409, "conflict", message_contains=[a])
+    # Relationships the transaction neither read nor wrote do not conflict: attaches to one
+    # shared record from two transactions, to different targets, both commit.
+    hub = module_api.create(label, {"hub": True})
+    t1, t2 = begin(module_api, ttl=20000), begin(module_api, ttl=20000)
+    x, y = module_api.create(label, {"n": 4}), module_api.create(label, {"n": 5})
+    attach(hub, x, 1, t1)
+    attach(hub, y, 1, t2)
+    assert commit(module_api, t1).status_code == 200
+    assert commit(module_api, t2).status_code == 200, "attaches to other targets are not a conflict"
+    assert len(rels(hub)) == 2
+
+
+def test_refused_staged_write_leaves_no_check_behind(module_api):
+    """A staged write refused with its error is not staged, and what it would have read is
+    not remembered either: a later change of that record does not abort the commit."""
+    label = unique("TXN")
+    a, b = module_api.create(label, {"v": 1}), module_api.create(label, {"v": 2})
+    r = tx_op(module_api, {"kind": "begin", "ttlMs": 20000})
+    tx = r.json()["response"]["transactionId"]
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+        "kind": "retypeRecord", "id": a, "fromLabel": "WRONG", "toLabel": "X"}})
+    assert r.status_code == 409, r.text
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+        "kind": "updateRecord", "record": {"id": b}, "properties": {"v": 3}}})
+    assert r.status_code == 200, r.text
+    assert module_api.patch(f"/api/v1/records/{a}", {"data": {"v": 99}}).status_code == 201
+    r = tx_op(module_api, {"kind": "commit", "transactionId": tx})
+    assert r.json()["response"]["status"] == "committed", r.text
+    assert module_api.record(b)["v"] == 3 and module_api.record(a)["v"] == 99
+
+
+def test_search_defaults_are_plain_searches_inside_a_transaction(module_api):
+    """SearchDto's defaults (`select: {}`, `aggregate: {}`, `groupBy: []`) and a `groupBy`
+    without aggregation are plain searches, which a transaction takes (they were 501)."""
+    label = unique("TXD")
+    rid = module_api.create(label, {"v": 1})
+    tx = begin(module_api, ttl=20000)
+    r = in_tx(module_api, tx, "POST", "/api/v1/records", {"label": label, "data": {"v": 2}})
+    assert r.status_code == 201
+    for extra in ({"select": {}}, {"aggregate": {}}, {"groupBy": []}, {"groupBy": ["$record.v"]},
+                  {"select": {}, "aggregate": {}, "groupBy": []}):
+        r = in_tx(module_api, tx, "POST", "/api/v1/records/search", {"labels": [label], **extra})
+        assert r.status_code == 200, (extra, r.text)
+        assert r.json()["data"]["total"] == 2, (extra, r.text)
+    r = in_tx(module_api, tx, "POST", "/api/v1/records/search",
+              {"labels": [label], "aggregate": {"n": {"fn": "count", "alias": "$record"}}})
+    assert_rest_error(r, 501, "unsupported")
+    assert rid in ids_of(module_api, label)
+
+
 def test_long_open_transaction_does_not_block_writers(module_api):
     label = unique("TXB")
     rid = module_api.create(label, {"n": 0})

@@ -271,9 +271,14 @@ impl Engine {
     }
 
     /// `GET /metrics`: `read` permission (SPEC.md); the bootstrap token on a multitenant
-    /// engine, since its figures span tenants (BEHAVIOUR.md §7).
-    pub fn authorize_metrics(&self, credential: Option<&str>) -> Result<()> {
-        match self.authenticate(credential)? {
+    /// engine, since its figures span tenants (BEHAVIOUR.md §7). A tenant header is checked
+    /// with the credential first, as on every route (another tenant's is a 401).
+    pub fn authorize_metrics(
+        &self,
+        credential: Option<&str>,
+        tenant_header: Option<&str>,
+    ) -> Result<()> {
+        match self.authenticate_for(credential, tenant_header)? {
             Principal::Capability(_) if self.multitenant() => Err(Error::new(
                 ErrorCode::PermissionDenied,
                 "GET /metrics on a multitenant engine needs the bootstrap token (its figures span tenants)",

@@ -318,6 +318,26 @@ impl Guard {
 
     /// The stored records named by id must be of allowed labels (unknown ids pass: the
     /// operation answers them as unknown).
+    /// An import links its records (nested documents to their children, `parentId` to its
+    /// roots) with its relationship type, which the policy must not deny; `parentId` is a
+    /// record written by id, so its label must be allowed (as a 404 would tell it apart from
+    /// a missing record otherwise).
+    fn check_import_links(
+        &self,
+        o: &super::ingest::Options,
+        links: bool,
+        parent: Option<&String>,
+        label_of: LabelOf<'_>,
+    ) -> Result<()> {
+        if links {
+            self.check_type(&o.relationship_type)?;
+        }
+        if let Some(p) = parent {
+            self.check_ids(std::slice::from_ref(p), label_of)?;
+        }
+        Ok(())
+    }
+
     fn check_ids(&self, ids: &[String], label_of: LabelOf<'_>) -> Result<()> {
         for id in ids {
             if let Some(l) = label_of(id)? {
@@ -434,8 +454,18 @@ impl Guard {
                             let names = valued.map(|(k, _)| k.as_str());
                             self.check_upsert(&r.label, o.upsert.as_ref(), names)?;
                         }
+                        let parent = d.parent_id.as_ref().filter(|p| !p.is_empty());
+                        self.check_import_links(
+                            &o,
+                            !plan.links.is_empty() || parent.is_some(),
+                            parent,
+                            label_of,
+                        )?;
                     }
                     IngestOp::Csv(c) => {
+                        let parent = c.parent_id.as_ref().filter(|p| !p.is_empty());
+                        let o = super::ingest::Options::parse(c.options.as_ref())?;
+                        self.check_import_links(&o, parent.is_some(), parent, label_of)?;
                         if let Some(l) = &c.label {
                             self.check_label(l)?;
                             // The columns are not known before the file is parsed: an upsert

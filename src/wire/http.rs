@@ -385,7 +385,11 @@ fn settings(state: &HttpState) -> HttpResponse {
 
 async fn metrics(state: &HttpState, headers: &HeaderMap) -> HttpResponse {
     let meta = RequestMeta::from_headers(headers);
-    if let Err(e) = state.engine.authorize_metrics(meta.credential.as_deref()) {
+    if let Err(e) = state
+        .engine
+        .authorize_metrics(meta.credential.as_deref(), meta.tenant.as_deref())
+        .and_then(|_| meta.readable())
+    {
         return rest_error(&e);
     }
     match state.engine.totals() {

@@ -112,6 +112,35 @@ def test_denied_relationship_types(world):
     assert_rest_error(cap(world, "POST", f"/api/v1/records/{p0}/relationships", {"targetIds": [p2], "type": "KNOWS"}), 403, "unauthorized")
 
 
+def test_imports_link_only_as_the_policy_allows(world):
+    """An import links nested documents to their children and `parentId` to its roots with
+    its relationship type: a denied type is refused like an attach of it, and `parentId` is a
+    record written by id, so a label outside the policy is refused (not told apart from a
+    missing record by a 404). Nothing is written."""
+    e, p0, secret = world["engine"], world["people"][0], world["secret"]
+    before = protocol(e, DEV_TOKEN, {"kind": "query", "query": {"kind": "relationships", "query": {}}}).json()["response"]["total"]
+    knows = {"relationshipType": "KNOWS"}
+    for method, path, body in [
+        ("POST", "/api/v1/records/import/json", {"label": "PERSON", "data": [{"name": "z", "COMPANY": {"name": "c"}}], "options": knows}),
+        ("POST", "/api/v1/records/import/json", {"label": "COMPANY", "data": [{"name": "c"}], "parentId": p0, "options": knows}),
+        ("POST", "/api/v1/records/import/csv", {"label": "COMPANY", "data": "name\nc\n", "parentId": p0, "options": knows}),
+        ("POST", "/api/v1/records/import/json", {"label": "COMPANY", "data": [{"name": "c"}], "parentId": secret}),
+        ("POST", "/api/v1/records/import/csv", {"label": "COMPANY", "data": "name\nc\n", "parentId": secret}),
+    ]:
+        assert_rest_error(cap(world, method, path, body), 403, "unauthorized")
+    r = protocol(e, world["token"], {"kind": "ingest", "ingest": {"kind": "documents", "label": "PERSON", "options": knows,
+                                                                  "documents": [{"name": "w", "COMPANY": {"name": "k"}}]}})
+    assert_protocol_error(r, 403, "unauthorized", message_contains=["KNOWS"])
+    r = protocol(e, world["token"], {"kind": "ingest", "ingest": {"kind": "documents", "label": "COMPANY", "parentId": secret,
+                                                                  "documents": [{"name": "k"}]}})
+    assert_protocol_error(r, 403, "unauthorized", message_contains=["SECRET"])
+    after = protocol(e, DEV_TOKEN, {"kind": "query", "query": {"kind": "relationships", "query": {}}}).json()["response"]["total"]
+    assert after == before
+    # An import without links, or linked with an allowed type to an allowed parent, is taken.
+    r = cap(world, "POST", "/api/v1/records/import/json", {"label": "COMPANY", "data": [{"name": "ok"}], "parentId": p0})
+    assert r.status_code == 201, r.text
+
+
 @pytest.mark.parametrize("op", [
     {"kind": "describe", "describe": {"kind": "labels"}},
     {"kind": "describe", "describe": {"kind": "properties"}},

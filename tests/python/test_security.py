@@ -252,6 +252,7 @@ def test_capability_token_is_bound_to_its_tenant(multi):
     # route without tenant data, a route not built yet, and an envelope whose scope is the
     # token's own while its header is not.
     assert_rest_error(call(multi, a, "GET", "/api/v1/sdk/settings", tenant="beta"), 401, "unauthenticated")
+    assert_rest_error(call(multi, a, "GET", "/metrics", tenant="beta"), 401, "unauthenticated")
     assert_rest_error(call(multi, a, "POST", "/api/v1/query/raw", {}, tenant="beta"), 401, "unauthenticated")
     r = multi.client().session.post(multi.url + "/protocol/v1/execute", json={
         "protocolVersion": 1, "context": {"scope": "alpha"},

@@ -698,7 +698,8 @@ impl RelWhere {
                     )))
                 }
                 "$and" | "$or" | "$nor" | "$xor" => {
-                    // As in record where trees: an array of where objects, or one object.
+                    // As in record where trees: an array of where objects, or an object
+                    // whose keys are the operands one each.
                     let parts = match v {
                         Value::Array(items) => items
                             .iter()
@@ -708,7 +709,13 @@ impl RelWhere {
                                 RelWhere::parse(x, &q, false, nodes)?.cond(&q)
                             })
                             .collect::<Result<Vec<_>>>()?,
-                        Value::Object(_) => vec![RelWhere::parse(v, &p, false, nodes)?.cond(&p)?],
+                        Value::Object(m) => m
+                            .iter()
+                            .map(|(k, x)| {
+                                let one = Value::Object(Map::from_iter([(k.clone(), x.clone())]));
+                                RelWhere::parse(&one, &p, false, nodes)?.cond(&p)
+                            })
+                            .collect::<Result<Vec<_>>>()?,
                         _ => {
                             return Err(Error::invalid(format!(
                                 "{p}: expected an array of where objects"

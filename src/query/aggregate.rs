@@ -41,6 +41,8 @@ pub enum AggFn {
     Collect {
         unique: bool,
         desc: Option<bool>,
+        /// Collected records are ordered by this property (missing last); without it, by id.
+        by: Option<String>,
         skip: usize,
         limit: Option<usize>,
     },
@@ -182,20 +184,44 @@ fn build(
         "collect" => {
             // Without a field it collects the records themselves (the root's, `$record`, or
             // an alias's).
-            let desc = match m.get("orderBy") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) if s == "asc" => Some(false),
-                Some(Value::String(s)) if s == "desc" => Some(true),
+            // `orderBy`: "asc" / "desc" (values by value, records by id), or the general
+            // form {name: direction}: for values, name is the collected field; for records,
+            // the property they are ordered by.
+            let dir = |d: &Value, p: &str| match d.as_str() {
+                Some("asc") => Ok(false),
+                Some("desc") => Ok(true),
+                _ => Err(bad(p, "expected \"asc\" or \"desc\"")),
+            };
+            let opath = format!("{path}.orderBy");
+            let (desc, by) = match m.get("orderBy") {
+                None | Some(Value::Null) => (None, None),
+                Some(d @ Value::String(_)) => (Some(dir(d, &opath)?), None),
+                Some(Value::Object(o)) if o.len() == 1 => {
+                    let (k, d) = o.iter().next().expect("one key");
+                    let desc = dir(d, &format!("{opath}.{k}"))?;
+                    let name = field_name(k, &format!("{opath}.{k}"))?.1;
+                    match (&field, name) {
+                        (None, Some(n)) => (Some(desc), Some(n)),
+                        (Some(f), Some(n)) if *f == n => (Some(desc), None),
+                        _ => {
+                            return Err(bad(
+                                &format!("{opath}.{k}"),
+                                "a collect of values is ordered by the collected field; of records, by one of their properties",
+                            ))
+                        }
+                    }
+                }
                 Some(_) => {
                     return Err(bad(
-                        &format!("{path}.orderBy"),
-                        "expected \"asc\" or \"desc\"",
+                        &opath,
+                        "expected \"asc\", \"desc\" or {\"<property>\": \"asc\" | \"desc\"}",
                     ))
                 }
             };
             AggFn::Collect {
                 unique: opt_bool(m, "unique", path)?.unwrap_or(true),
                 desc,
+                by,
                 skip: opt_usize(m, "skip", path)?.unwrap_or(0),
                 limit: opt_usize(m, "limit", path)?,
             }
@@ -382,29 +408,59 @@ pub fn parse(
             }
         }
     }
+    // `orderBy`: an object of name to direction, or a list of such objects for several keys
+    // (SPEC.md SearchDto). Grouped rows are ordered by outputs: another name is refused.
     let mut row_order = Vec::new();
+    let mut push_keys = |m: &serde_json::Map<String, Value>, path: &str| -> Result<()> {
+        for (k, d) in m {
+            let desc = match d.as_str() {
+                Some("asc") => false,
+                Some("desc") => true,
+                _ => {
+                    return Err(bad(
+                        &format!("{path}.{k}"),
+                        "order direction must be \"asc\" or \"desc\"",
+                    ))
+                }
+            };
+            let name = k.strip_prefix("$record.").unwrap_or(k);
+            // Without groupBy the rows are the records: any of their fields orders them.
+            let known = defs.iter().any(|d| d.name == name) || dims.iter().any(|(n, _)| n == name);
+            if !dims.is_empty() && !known {
+                let outputs: Vec<&str> = defs
+                    .iter()
+                    .map(|d| d.name.as_str())
+                    .chain(dims.iter().map(|(n, _)| n.as_str()))
+                    .collect();
+                return Err(bad(
+                    &format!("{path}.{k}"),
+                    format!(
+                        "not an output of this aggregation (outputs: {})",
+                        outputs.join(", ")
+                    ),
+                ));
+            }
+            row_order.push((name.to_string(), desc));
+        }
+        Ok(())
+    };
     match order {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) if s == "asc" || s == "desc" => {}
-        Some(Value::Object(m)) => {
-            for (k, d) in m {
-                let desc = match d.as_str() {
-                    Some("asc") => false,
-                    Some("desc") => true,
-                    _ => {
-                        return Err(bad(
-                            &format!("orderBy.{k}"),
-                            "order direction must be \"asc\" or \"desc\"",
-                        ))
-                    }
-                };
-                row_order.push((k.strip_prefix("$record.").unwrap_or(k).to_string(), desc));
+        Some(Value::Object(m)) => push_keys(m, "orderBy")?,
+        Some(Value::Array(items)) => {
+            for (i, x) in items.iter().enumerate() {
+                let path = format!("orderBy[{i}]");
+                match x {
+                    Value::Object(m) => push_keys(m, &path)?,
+                    _ => return Err(bad(&path, "expected an object of output name to direction")),
+                }
             }
         }
         Some(_) => {
             return Err(bad(
                 "orderBy",
-                "expected an object of output name to direction",
+                "expected an object of output name to direction, or a list of them",
             ))
         }
     }
@@ -447,6 +503,9 @@ pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
     }
 }
 
+/// A record a `collect` gathered: its id, its JSON, and the value it is ordered by.
+type Collected = (uuid::Uuid, Value, Option<(PropType, Scalar)>);
+
 /// Running state of one aggregate over a set of records.
 #[derive(Debug, Clone, Default)]
 struct Acc {
@@ -457,16 +516,25 @@ struct Acc {
     n: u64,
     best: Option<(PropType, Scalar)>,
     items: Vec<(PropType, Scalar)>,
-    /// `collect` of an alias without a field: the records themselves (id, JSON).
-    records: Vec<(uuid::Uuid, Value)>,
+    /// `collect` of an alias without a field: the records themselves (id, JSON, and the
+    /// value they are ordered by: the smallest element ascending, the largest descending).
+    records: Vec<Collected>,
 }
 
 impl Acc {
     fn add(&mut self, def: &AggDef, r: &Record) {
-        if def.field.is_none() && matches!(def.func, AggFn::Collect { .. }) {
+        if let (None, AggFn::Collect { by, desc, .. }) = (&def.field, &def.func) {
             self.count += 1;
+            let key = by.as_ref().and_then(|b| r.props.get(b)).and_then(|v| {
+                let pick = |a: &&Scalar, b: &&Scalar| elem_cmp(v.ty, a, v.ty, b);
+                let e = match desc {
+                    Some(true) => v.items.iter().max_by(pick),
+                    _ => v.items.iter().min_by(pick),
+                };
+                e.map(|e| (v.ty, e.clone()))
+            });
             self.records
-                .push((r.id, crate::protocol::render::flat_record(r)));
+                .push((r.id, crate::protocol::render::flat_record(r), key));
             return;
         }
         let v = def.field.as_ref().and_then(|f| r.props.get(f));
@@ -565,17 +633,42 @@ impl Acc {
             AggFn::Collect {
                 unique,
                 desc,
+                by,
                 skip,
                 limit,
             } => {
                 if !self.records.is_empty() {
+                    let mut records: Vec<&Collected> = self.records.iter().collect();
+                    if let Some(d) = desc {
+                        // By the property (missing last in both directions), then by id; by
+                        // id alone without one.
+                        records.sort_by(|a, b| {
+                            let by_value = match (&a.2, &b.2) {
+                                (Some((ta, x)), Some((tb, y))) => {
+                                    let o = elem_cmp(*ta, x, *tb, y);
+                                    if *d {
+                                        o.reverse()
+                                    } else {
+                                        o
+                                    }
+                                }
+                                (Some(_), None) => Ordering::Less,
+                                (None, Some(_)) => Ordering::Greater,
+                                (None, None) => Ordering::Equal,
+                            };
+                            let by_id = if *d { b.0.cmp(&a.0) } else { a.0.cmp(&b.0) };
+                            match by {
+                                Some(_) => by_value.then(by_id),
+                                None => by_id,
+                            }
+                        });
+                    }
                     let mut seen = std::collections::HashSet::new();
-                    let it = self
-                        .records
-                        .iter()
-                        .filter(|(id, _)| !*unique || seen.insert(*id))
+                    let it = records
+                        .into_iter()
+                        .filter(|(id, _, _)| !*unique || seen.insert(*id))
                         .skip(*skip)
-                        .map(|(_, v)| v.clone());
+                        .map(|(_, v, _)| v.clone());
                     return Value::Array(match limit {
                         Some(l) => it.take(*l).collect(),
                         None => it.collect(),

@@ -433,8 +433,19 @@ impl Parser {
                 .enumerate()
                 .map(|(i, x)| self.tree(x, &format!("{path}[{i}]")))
                 .collect(),
-            Value::Object(_) => Ok(vec![self.tree(v, path)?]),
-            _ => Err(bad(path, "expected an array of where objects")),
+            // An object: each of its keys is one operand (`{"$or": {"a": 1, "b": 2}}` is a = 1
+            // or b = 2), as `{"$or": [{"a": 1}, {"b": 2}]}` would say it.
+            Value::Object(m) => m
+                .iter()
+                .map(|(k, x)| {
+                    let one = serde_json::Map::from_iter([(k.clone(), x.clone())]);
+                    self.tree(&Value::Object(one), path)
+                })
+                .collect(),
+            _ => Err(bad(
+                path,
+                "expected an array of where objects, or an object",
+            )),
         }
     }
 

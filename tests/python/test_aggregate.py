@@ -222,6 +222,51 @@ def test_collect_options(module_api, movies):
         assert collect(form, orderBy="asc", unique=False, skip=1, limit=1) == ["A"]
         assert collect(form, field="rating", orderBy="desc") == [8, 7, 6]
         assert collect(form, field="rating", orderBy="asc", limit=2) == [6, 7]
+        # the general form names the collected field
+        assert collect(form, field="rating", orderBy={"rating": "desc"}) == [8, 7, 6]
+        assert collect(form, orderBy={"$record.title": "asc"}) == ["A", "B"]
+
+
+def test_collect_of_records_is_ordered_by_a_property_or_by_id(module_api, movies):
+    """`orderBy` of a `collect` of records: `{property: direction}` orders them by that
+    property (missing last), "asc" / "desc" by id; it had been ignored."""
+    label, ids = movies
+    drama = [0, 1, 6]   # ratings 8, 6, 7
+
+    def collect(order, **more):
+        body = {"labels": [label], "where": {"genre": "drama"}, "groupBy": ["$record.genre"],
+                "aggregate": {"c": {"fn": "collect", "alias": "$record", "orderBy": order, **more}}}
+        [row] = rows_of(module_api, body)["data"]
+        return [r["__id"] for r in row["c"]]
+
+    assert collect({"rating": "asc"}) == [ids[1], ids[6], ids[0]]
+    assert collect({"rating": "desc"}, limit=2) == [ids[0], ids[6]]
+    assert collect("asc") == sorted(ids[i] for i in drama)
+    assert collect("desc") == sorted((ids[i] for i in drama), reverse=True)
+    every = {"labels": [label], "aggregate": {"c": {"fn": "collect", "alias": "$record", "orderBy": {"genre": "asc"}}},
+             "groupBy": ["$record.title"], "where": {"title": "F"}}
+    [row] = rows_of(module_api, every)["data"]
+    assert [r["title"] for r in row["c"]] == ["F"]   # no genre: still collected
+    r = module_api.post(SEARCH, {"labels": [label], "groupBy": ["$record.genre"], "aggregate": {
+        "c": {"fn": "collect", "field": "title", "alias": "$record", "orderBy": {"rating": "asc"}}}})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["aggregate.c.orderBy.rating"])
+
+
+def test_grouped_rows_take_a_list_of_order_keys_and_refuse_unknown_ones(module_api, movies):
+    """`orderBy` as a list of objects (SPEC.md SearchDto) orders grouped rows by several
+    outputs; a name that is no output of the grouping is a 400 (it was ignored, and the rows
+    lost their default order)."""
+    label, _ = movies
+    base = {"labels": [label], "where": WITH_GENRE, "groupBy": ["$record.genre"],
+            "aggregate": {"n": {"fn": "count", "alias": "$record"}}}
+    rows = rows_of(module_api, {**base, "orderBy": [{"n": "desc"}, {"genre": "asc"}]})["data"]
+    assert [(r["genre"], r["n"]) for r in rows] == [("drama", 3), ("comedy", 2), ("horror", 1)]
+    rows = rows_of(module_api, {**base, "orderBy": [{"n": "asc"}, {"genre": "desc"}]})["data"]
+    assert [(r["genre"], r["n"]) for r in rows] == [("horror", 1), ("comedy", 2), ("drama", 3)]
+    r = module_api.post(SEARCH, {**base, "orderBy": {"zzz": "desc"}})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["orderBy.zzz", "genre", "n"])
+    r = module_api.post(SEARCH, {**base, "orderBy": [{"n": "desc"}, 3]})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["orderBy[1]"])
 
 
 @pytest.mark.parametrize("form", ["aggregate", "select"])

@@ -683,6 +683,8 @@ def test_relationship_search_keys_compose_under_logical_operators(api, shop):
         ({"where": {"$or": [{"type": "PLACED"}, {"type": "CONTAINS"}]}},
          lambda r: r["type"] in ("PLACED", "CONTAINS")),
         ({"where": {"$and": [{"type": "PLACED"}]}}, lambda r: r["type"] == "PLACED"),
+        ({"where": {"$or": {"type": "PLACED", "qty": 3}}},   # an object: one operand a key
+         lambda r: r["type"] == "PLACED" or r["properties"].get("qty") == 3),
         ({"where": {"$not": {"type": "PLACED"}}}, lambda r: r["type"] != "PLACED"),
         ({"where": {"$nor": [{"type": "PLACED"}, {"qty": 3}]}},
          lambda r: r["type"] != "PLACED" and r["properties"].get("qty") != 3),

@@ -175,6 +175,11 @@ OPERATOR_CASES = [
     ("$or", {"$or": [{"age": 30}, {"name": "Bob"}]}, {0, 2}),
     ("$or-with-missing", {"$or": [{"active": None}, {"age": 45}]}, {2, 3, 4}),
     ("$nor", {"$nor": [{"age": 30}, {"city": {"$contains": "paris"}}]}, {1, 4}),
+    # an object: each key is one operand (it had been read as one AND-ed operand)
+    ("$or-object", {"$or": {"age": 30, "name": "Bob"}}, {0, 2}),
+    ("$nor-object", {"$nor": {"age": 30, "city": {"$contains": "paris"}}}, {1, 4}),
+    ("$xor-object", {"$xor": {"city": {"$contains": "paris"}, "age": {"$gt": 20}}}, {0, 2, 5}),
+    ("$and-object", {"$and": {"city": {"$startsWith": "Paris"}, "age": {"$gt": 10}}}, {3}),
     # xor is "exactly one": 3 matches both branches
     ("$xor-two", {"$xor": [{"city": {"$contains": "paris"}}, {"age": {"$gt": 20}}]}, {0, 2, 5}),
     # with four branches: 0 matches two, 3 matches three (odd, but not exactly one), 2 one

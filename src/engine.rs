@@ -418,6 +418,12 @@ impl Engine {
         let principal = self.authenticate(env.credential.as_deref())?;
         self.check_transport(&principal, env.transport)?;
         self.authorize(&principal, env.operation.permission())?;
+        if env.operation.echoes_stored_data() && !principal.allows(Permission::Read) {
+            return Err(Error::new(
+                ErrorCode::PermissionDenied,
+                "an upsert with returnResult answers the stored record, which needs the read permission too (leave returnResult out to upsert without it)",
+            ));
+        }
         Ok(principal)
     }
 

@@ -202,6 +202,24 @@ impl Operation {
             _ => Permission::Write,
         }
     }
+
+    /// A write whose answer shows stored data the caller did not send: an upsert with
+    /// `returnResult` answers the matched record (its other properties too), so it needs
+    /// `read` besides `write`.
+    pub fn echoes_stored_data(&self) -> bool {
+        let upsert_echo = |o: &Option<WriteOptions>| {
+            o.as_ref().is_some_and(|o| {
+                o.return_result == Some(true)
+                    && (o.merge_by.is_some() || o.merge_strategy.is_some())
+            })
+        };
+        match self {
+            Operation::Mutate(Mutation::PutRecord(p)) => upsert_echo(&p.options),
+            Operation::Ingest(IngestOp::Documents(d)) => upsert_echo(&d.options),
+            Operation::Ingest(IngestOp::Csv(c)) => upsert_echo(&c.options),
+            _ => false,
+        }
+    }
 }
 
 /// The where-DSL document (SearchDto in protocol spelling).

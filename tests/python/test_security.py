@@ -218,6 +218,21 @@ def test_write_token_cannot_read_and_policy_is_bootstrap_only(single):
     r = call(single, write, "POST", "/api/v1/records", {"label": unique("W"), "data": {"a": 1}, "options": {"returnResult": True}})
     assert r.status_code == 201, r.text
     assert_rest_error(call(single, write, "GET", f"/api/v1/records/{r.json()['data']['__id']}"), 403, "permission_denied")
+    # An upsert's answer is the matched record, stored properties and all: with returnResult
+    # it needs read too (it had shown a write-only token the stored `n`).
+    label = unique("WU")
+    assert call(single, DEV_TOKEN, "POST", "/api/v1/records", {"label": label, "data": {"k": "s", "n": 1}}).status_code == 201
+    upsert = {"label": label, "data": {"k": "s"}, "options": {"mergeBy": ["k"], "returnResult": True}}
+    assert_rest_error(call(single, write, "POST", "/api/v1/records", upsert), 403, "permission_denied",
+                      message_contains=["returnResult"])
+    assert_rest_error(call(single, write, "POST", "/api/v1/records/import/json",
+                           {"label": label, "data": [{"k": "s"}], "options": {"mergeBy": ["k"], "returnResult": True}}),
+                      403, "permission_denied", message_contains=["returnResult"])
+    upsert["options"].pop("returnResult")
+    r = call(single, write, "POST", "/api/v1/records", upsert)
+    assert r.status_code == 201 and "n" not in r.text, r.text
+    assert call(single, mint(claims("read write")), "POST", "/api/v1/records",
+                {**upsert, "options": {"mergeBy": ["k"], "returnResult": True}}).json()["data"]["n"] == 1
     star = mint(claims("*"))
     for token in (write, star, mint(claims("read"))):
         r = single.client().session.post(single.url + "/protocol/v1/execute",

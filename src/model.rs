@@ -274,7 +274,11 @@ pub fn check_property_name_to_unset(name: &str) -> crate::error::Result<()> {
 pub fn parse_uuid_v7(s: &str, what: &str) -> crate::error::Result<Uuid> {
     let u = Uuid::try_parse(s)
         .ok()
-        .filter(|u| s.len() == 36 && u.get_version_num() == 7)
+        .filter(|u| {
+            // Hyphenated, version 7, and the RFC 9562 variant (`10` in the top bits of the
+            // ninth byte): another variant is not a UUIDv7 (BEHAVIOUR.md §1).
+            s.len() == 36 && u.get_version_num() == 7 && u.get_variant() == uuid::Variant::RFC4122
+        })
         .ok_or_else(|| {
             crate::error::Error::invalid(format!(
                 "{what} '{}' is not a valid UUIDv7",

@@ -296,6 +296,18 @@ pub async fn handle(
     };
     let work = async {
         let (parts, body) = req.into_parts();
+        if let Err(e) = credential_before_large_body(&state, &parts) {
+            let route = if protocol_path {
+                "/protocol/v1/execute"
+            } else {
+                "/api/v1"
+            };
+            let mut resp = early_error(&e);
+            // The body was not read, so the connection cannot be reused.
+            resp.headers_mut()
+                .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+            return (route, resp);
+        }
         match read_body(&parts.headers, body, &state.limits).await {
             Ok(bytes) => route(&state, Request::from_parts(parts, bytes)).await,
             Err(e) => ("body", early_error(&e)),
@@ -318,6 +330,36 @@ pub async fn handle(
         .metrics
         .observe(route, method, resp.status().as_u16(), start.elapsed());
     Ok(resp)
+}
+
+/// A body past this many bytes (or of unknown length) is read only after the request's
+/// credential passed: an unauthenticated client cannot make the server take in up to the
+/// body cap. Smaller bodies are read first, and the route checks the credential as before
+/// (checking it twice on every request would cost the hot paths).
+const UNCHECKED_BODY_BYTES: u64 = 64 * 1024;
+
+/// The credential check of an authenticated route, made before a large body is read.
+fn credential_before_large_body(
+    state: &HttpState,
+    parts: &hyper::http::request::Parts,
+) -> Result<()> {
+    let len = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if len.is_some_and(|n| n <= UNCHECKED_BODY_BYTES) {
+        return Ok(());
+    }
+    let path = parts.uri.path();
+    let open = path.trim_end_matches('/') == "/api/v1/settings";
+    if open || !(path.starts_with("/api/v1/") || path.starts_with("/protocol/")) {
+        return Ok(());
+    }
+    let meta = RequestMeta::from_headers(&parts.headers);
+    state
+        .engine
+        .authenticate_for(meta.credential.as_deref(), meta.tenant.as_deref())?;
+    meta.readable()
 }
 
 fn method_name(m: &Method) -> &'static str {

@@ -171,6 +171,8 @@ BAD_IDS = [
     "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6",    # one digit short
     "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6fa",  # one digit long
     "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6g",   # not hex
+    "0190d5c2-8e3a-7b4c-0d2e-1a2b3c4d5e6f",   # version 7, NCS variant (not RFC 9562)
+    "0190d5c2-8e3a-7b4c-cd2e-1a2b3c4d5e6f",   # version 7, Microsoft variant
 ]
 
 
@@ -186,7 +188,7 @@ def test_invalid_uuid_in_path_is_400(api, method, prefix, bad):
         assert_rest_error(r, 400, "invalid_argument")
 
 
-@pytest.mark.parametrize("bad", ["0190d5c2-8e3a-4b4c-9d2e-1a2b3c4d5e6f", "nope"])
+@pytest.mark.parametrize("bad", ["0190d5c2-8e3a-4b4c-9d2e-1a2b3c4d5e6f", "nope", "01a217e4-0b1b-7711-0a81-bbbbbbbbbbbb"])
 def test_invalid_uuid_in_protocol_is_400(api, bad):
     with unchanged(api):
         r = api.protocol({"kind": "query", "query": {"kind": "record", "id": bad}})
@@ -281,6 +283,32 @@ def test_oversized_protocol_body_413(small):
     with unchanged(small):
         assert_protocol_error(raw(small, "POST", "/protocol/v1/execute", json.dumps(env).encode()),
                               413, "payload_too_large")
+
+
+def test_a_large_body_without_a_credential_is_refused_before_it_is_read(engine):
+    """Past 64 KiB (or of unknown length) a body is read only after the credential passed:
+    a client without one gets its 401 at once, and the connection is closed (its body was not
+    read), so it cannot make the server buffer up to the body cap."""
+    import socket
+    host, port = engine.url.removeprefix("http://").split(":")
+    for path, envelope in (("/api/v1/records", "statusCode"), ("/protocol/v1/execute", "protocolVersion")):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            # Announce 16 MiB, send only the head: the answer must come without the body.
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {16 << 20}\r\n\r\n".encode())
+            got = b""
+            while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        head, _, body = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 401"), got[:200]
+        assert b"connection: close" in head.lower()
+        assert json.loads(body)[envelope] in (401, 1), body
+    # A small body without a credential still answers 401 (the route checks it).
+    r = engine.client().session.post(engine.url + "/api/v1/records", json={"label": "X", "data": {"a": 1}}, timeout=10)
+    assert_rest_error(r, 401, "unauthenticated")
 
 
 def test_oversized_edit_body_413(small):

@@ -448,7 +448,7 @@ impl Engine {
             ));
         };
         let mut doc = q.query;
-        if doc.aggregate.is_some() || doc.select.is_some() || doc.group_by.is_some() {
+        if doc.asks_for_rows() {
             return Err(Error::invalid(
                 "ExecuteStream streams records: aggregate, select and groupBy go to Execute",
             ));

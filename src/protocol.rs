@@ -222,6 +222,20 @@ impl Operation {
     }
 }
 
+impl QueryDocument {
+    /// Whether the query asks for rows (an aggregation or a `select`) rather than records.
+    /// SearchDto's defaults (`select: {}`, `aggregate: {}`, `groupBy: []`) ask for records,
+    /// and `groupBy` has an effect only with an aggregation (SPEC.md).
+    pub fn asks_for_rows(&self) -> bool {
+        let names_any = |v: &Option<Value>| match v {
+            None | Some(Value::Null) => false,
+            Some(Value::Object(m)) => !m.is_empty(),
+            Some(_) => true,
+        };
+        names_any(&self.aggregate) || names_any(&self.select)
+    }
+}
+
 /// The where-DSL document (SearchDto in protocol spelling).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]

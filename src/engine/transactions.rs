@@ -319,15 +319,6 @@ fn written_ids(op: &WriteOp) -> Vec<Uuid> {
     }
 }
 
-/// Whether an optional `select` / `aggregate` object names nothing.
-fn no_entries(v: &Option<serde_json::Value>) -> bool {
-    match v {
-        None | Some(serde_json::Value::Null) => true,
-        Some(serde_json::Value::Object(m)) => m.is_empty(),
-        Some(_) => false,
-    }
-}
-
 /// The relationships a staged write depends on: an attach replaces the properties of its
 /// (source, type, target) if there is one, a detach removes what is between its records, a
 /// delete removes every relationship of its record. (A link that is not unique, as an
@@ -559,10 +550,8 @@ impl Engine {
             )
             | Operation::Ingest(_)
             | Operation::Query(QueryOp::Record(_) | QueryOp::Relationships(_)) => {}
-            // SearchDto's defaults (`select: {}`, `aggregate: {}`, `groupBy: []`) mean plain
-            // records, and `groupBy` has an effect only with an aggregation (SPEC.md).
-            Operation::Query(QueryOp::Records(q))
-                if no_entries(&q.query.aggregate) && no_entries(&q.query.select) => {}
+            // SearchDto's empty defaults ask for records (`QueryDocument::asks_for_rows`).
+            Operation::Query(QueryOp::Records(q)) if !q.query.asks_for_rows() => {}
             _ => return refuse(),
         }
         let open = &mut *g;

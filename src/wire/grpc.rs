@@ -51,11 +51,16 @@ pub struct GrpcEngine {
     budget: std::time::Duration,
     /// Bytes of record JSON after which an `ExecuteStream` message is closed.
     batch_bytes: usize,
+    /// The message cap both ways (`limits.max_body_bytes`).
+    max_message: usize,
 }
 
 impl GrpcEngine {
     /// Decodes a gRPC envelope into the engine's, exactly as `/protocol/v1/execute` does.
+    /// The credential is checked first, as on HTTP: input is not parsed for a caller
+    /// without one.
     fn envelope(&self, md: &MetadataMap, env: pb::Envelope) -> Result<Envelope, Error> {
+        let (credential, tenant_header) = self.caller(md)?;
         protocol::check_version(Some(env.protocol_version as i64), &env.protocol_version)?;
         crate::wire::check_depth(env.operation_json.as_bytes(), self.max_depth)
             .map_err(|e| Error::invalid(format!("operation_json: {}", e.message)))?;
@@ -63,17 +68,29 @@ impl GrpcEngine {
             .map_err(|e| Error::invalid(format!("operation_json: malformed JSON: {e}")))?;
         let operation: Operation = protocol::decode(op, "operation")?;
         Ok(Envelope {
-            credential: bearer(md),
-            tenant_header: md
-                .get("x-service-tenant")
-                .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()))
-                .transpose()?
-                .map(str::to_string),
-            scope: env.context.map(|c| c.scope),
+            credential,
+            tenant_header,
+            // proto3 cannot tell an absent scope from "": an empty one names no tenant, as
+            // an empty `context` does over HTTP.
+            scope: env.context.map(|c| c.scope).filter(|s| !s.is_empty()),
             transport: Transport::Grpc,
             transaction: None,
             operation,
         })
+    }
+
+    /// The call's credential and tenant header, the credential checked (and bound to the
+    /// tenant header on a multitenant engine).
+    fn caller(&self, md: &MetadataMap) -> Result<(Option<String>, Option<String>), Error> {
+        let credential = bearer(md);
+        let tenant = md
+            .get("x-service-tenant")
+            .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()))
+            .transpose()?
+            .map(str::to_string);
+        self.engine
+            .authenticate_for(credential.as_deref(), tenant.as_deref())?;
+        Ok((credential, tenant))
     }
 
     /// `work` within the request time budget (the engine's `timeout` error past it).
@@ -113,13 +130,35 @@ pub fn status(e: &Error) -> Status {
 /// UTF-8) with INTERNAL, which this engine keeps for its own faults: it is the client's input,
 /// `invalid_argument` (INVALID_ARGUMENT).
 fn undecodable(s: &Status) -> Option<Error> {
-    (s.code() == tonic::Code::Internal && s.message().starts_with("failed to decode Protobuf"))
+    // tonic's words for a message it could not take: not protobuf, framing cut short or
+    // missing, a compression flag it cannot honour.
+    const CLIENT_FAULTS: [&str; 5] = [
+        "failed to decode Protobuf",
+        "Unexpected EOF decoding stream",
+        "Missing request message",
+        "protocol error: received message with compressed-flag",
+        "invalid compression flag",
+    ];
+    (s.code() == tonic::Code::Internal && CLIENT_FAULTS.iter().any(|p| s.message().starts_with(p)))
         .then(|| {
             Error::invalid(format!(
                 "the request message is not a valid Envelope: {}",
                 s.message()
             ))
         })
+}
+
+/// A request stream's failure to deliver its next message, as the engine's error: the
+/// client's input (undecodable, over the message cap) or the stream's end otherwise.
+fn stream_error(s: &Status) -> Error {
+    match undecodable(s) {
+        Some(e) => e,
+        None if s.code() == tonic::Code::OutOfRange => Error::new(
+            ErrorCode::PayloadTooLarge,
+            format!("a message is over the message cap: {}", s.message()),
+        ),
+        None => Error::invalid(format!("the request stream failed: {}", s.message())),
+    }
 }
 
 /// An answer tonic built from a decoding failure, as `undecodable` says it should be.
@@ -132,15 +171,53 @@ fn undecodable_is_invalid(
     }
 }
 
+/// `authorization: Bearer <token>`, the scheme in any case (as over HTTP).
 fn bearer(md: &MetadataMap) -> Option<String> {
     let v = md.get("authorization")?.to_str().ok()?;
-    let t = v
-        .strip_prefix("Bearer ")
-        .or_else(|| v.strip_prefix("bearer "))?;
-    Some(t.trim().to_string())
+    let (scheme, t) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| t.trim().to_string())
 }
 
 type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::RecordBatch, Status>> + Send>>;
+
+/// `ExecuteStream`'s batches of `records`, sent on `tx` as each is ready (stops when the call
+/// has ended). Each batch closes before the record that would take it past STREAM_BATCH
+/// records or `batch_bytes`; the first (also when there is no record) carries `total`.
+fn render_batches(
+    records: &[crate::model::Record],
+    total: u64,
+    batch_bytes: usize,
+    tx: &tokio::sync::mpsc::Sender<pb::RecordBatch>,
+) {
+    let mut first = true;
+    let mut send = |records_json: Vec<String>| {
+        let total = if std::mem::take(&mut first) { total } else { 0 };
+        tx.blocking_send(pb::RecordBatch {
+            records_json,
+            total,
+        })
+        .is_ok()
+    };
+    let (mut open, mut bytes, mut sent) = (Vec::new(), 0, 0);
+    for r in records {
+        let json = render::record(r).to_string();
+        let full = open.len() == STREAM_BATCH || bytes + json.len() > batch_bytes;
+        if full && !open.is_empty() {
+            if !send(std::mem::take(&mut open)) {
+                return;
+            }
+            sent += 1;
+            bytes = 0;
+        }
+        bytes += json.len();
+        open.push(json);
+    }
+    if !open.is_empty() || sent == 0 {
+        send(open);
+    }
+}
 
 #[tonic::async_trait]
 impl EngineService for GrpcEngine {
@@ -151,9 +228,22 @@ impl EngineService for GrpcEngine {
             .within(self.engine.execute(env))
             .await
             .map_err(|e| status(&e))?;
+        let response_json = render::response_text(&outcome);
+        // An answer over the message cap would fail in tonic's encoder as OUT_OF_RANGE
+        // without the engine's code: said here, with where to get it instead.
+        if response_json.len() + 64 > self.max_message {
+            return Err(status(&Error::new(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "the answer is {} bytes, over the {} byte message cap (limits.max_body_bytes): page it, stream records with ExecuteStream, or ask over HTTP",
+                    response_json.len(),
+                    self.max_message
+                ),
+            )));
+        }
         Ok(Response::new(pb::Response {
             protocol_version: PROTOCOL_VERSION as u32,
-            response_json: render::response_text(&outcome),
+            response_json,
         }))
     }
 
@@ -164,34 +254,43 @@ impl EngineService for GrpcEngine {
         req: Request<pb::Envelope>,
     ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
         let (md, _, env) = req.into_parts();
+        let deadline = md
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(grpc_timeout)
+            .map(|d| (tokio::time::Instant::now() + d, d));
         let env = self.envelope(&md, env).map_err(|e| status(&e))?;
         let (records, total) = self
             .within(self.engine.query_all(env))
             .await
             .map_err(|e| status(&e))?;
-        // Each batch closes before the record that would take it past STREAM_BATCH records
-        // or `batch_bytes`; the first (also when there is no record) carries `total`.
-        let batch = |records_json| pb::RecordBatch {
-            records_json,
-            total: 0,
-        };
-        let mut batches: Vec<pb::RecordBatch> = Vec::new();
-        let (mut open, mut bytes) = (Vec::new(), 0);
-        for r in &records {
-            let json = render::record(r).to_string();
-            let full = open.len() == STREAM_BATCH || bytes + json.len() > self.batch_bytes;
-            if full && !open.is_empty() {
-                batches.push(batch(std::mem::take(&mut open)));
-                bytes = 0;
+        // Rendering a large answer takes long (~1 s for 200,000 records): it runs off the
+        // runtime's workers, a batch at a time, each sent as soon as it is ready; a slow
+        // reader holds the renderer back (two batches ahead at most).
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::RecordBatch>(2);
+        let batch_bytes = self.batch_bytes;
+        tokio::task::spawn_blocking(move || render_batches(&records, total, batch_bytes, &tx));
+        // The call's grpc-timeout bounds the whole answer, not only the query: a body still
+        // streaming when it passes ends with DEADLINE_EXCEEDED.
+        let stream = futures_util::stream::unfold((rx, false), move |(mut rx, ended)| async move {
+            if ended {
+                return None;
             }
-            bytes += json.len();
-            open.push(json);
-        }
-        if !open.is_empty() || batches.is_empty() {
-            batches.push(batch(open));
-        }
-        batches[0].total = total;
-        let stream = tokio_stream::iter(batches.into_iter().map(Ok));
+            let next = match deadline {
+                None => rx.recv().await,
+                Some((at, d)) => match tokio::time::timeout_at(at, rx.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        let e = Error::new(
+                            ErrorCode::Timeout,
+                            format!("the call's grpc-timeout of {} ms expired", d.as_millis()),
+                        );
+                        return Some((Err(status(&e)), (rx, true)));
+                    }
+                },
+            };
+            next.map(|b| (Ok(b), (rx, false)))
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -200,6 +299,9 @@ impl EngineService for GrpcEngine {
         req: Request<Streaming<pb::Envelope>>,
     ) -> Result<Response<pb::IngestSummary>, Status> {
         let (md, _, mut stream) = req.into_parts();
+        // The credential before any message is read (an empty call of a caller without one
+        // is refused too).
+        self.caller(&md).map_err(|e| status(&e))?;
         let mut sum = pb::IngestSummary::default();
         while let Some(item) = stream.next().await {
             // Every failure names its batch and what is committed before it.
@@ -214,7 +316,7 @@ impl EngineService for GrpcEngine {
             };
             let env = match item {
                 Ok(env) => env,
-                Err(s) => return Err(undecodable(&s).map_or(s, failed)),
+                Err(s) => return Err(failed(stream_error(&s))),
             };
             let env = self.envelope(&md, env).map_err(failed)?;
             if !matches!(env.operation, Operation::Ingest(_)) {
@@ -261,6 +363,7 @@ pub async fn serve(
         max_depth: limits.max_json_depth,
         budget: std::time::Duration::from_millis(limits.request_timeout_ms),
         batch_bytes: stream_batch_bytes(max),
+        max_message: max,
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
@@ -341,8 +444,12 @@ fn http2_builder(inbox: StreamInbox) -> hyper::server::conn::http2::Builder<Stre
 /// The call's `grpc-timeout` (gRPC over HTTP/2: up to 8 digits and a unit of H, M, S, m, u
 /// or n). An unreadable value is ignored, as tonic's own server does.
 fn deadline(headers: &hyper::HeaderMap) -> Option<std::time::Duration> {
+    grpc_timeout(headers.get("grpc-timeout")?.to_str().ok()?)
+}
+
+/// A `grpc-timeout` value as a duration.
+fn grpc_timeout(v: &str) -> Option<std::time::Duration> {
     use std::time::Duration;
-    let v = headers.get("grpc-timeout")?.to_str().ok()?;
     if v.len() < 2 || v.len() > 9 {
         return None;
     }

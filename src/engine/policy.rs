@@ -302,6 +302,20 @@ impl Guard {
                 if let Some(f) = &d.field {
                     self.check_prop(&of(&d.alias), f)?;
                 }
+                // A collect of records ordered by a property reads it (its order would tell
+                // a hidden value even though the answer leaves the value out).
+                if let crate::query::aggregate::AggFn::Collect { by: Some(p), .. } = &d.func {
+                    self.check_prop(&of(&d.alias), p)?;
+                }
+            }
+            // Without groupBy the rows are records, ordered by any of their fields but the
+            // aggregate outputs: those fields are read as a sort is.
+            if a.dims.is_empty() {
+                for (name, _) in &a.order {
+                    if !a.defs.iter().any(|d| &d.name == name) {
+                        self.check_prop(labels, name)?;
+                    }
+                }
             }
             for (_, dim) in &a.dims {
                 match dim {
@@ -316,8 +330,6 @@ impl Guard {
         Ok(doc)
     }
 
-    /// The stored records named by id must be of allowed labels (unknown ids pass: the
-    /// operation answers them as unknown).
     /// An import links its records (nested documents to their children, `parentId` to its
     /// roots) with its relationship type, which the policy must not deny; `parentId` is a
     /// record written by id, so its label must be allowed (as a 404 would tell it apart from
@@ -338,6 +350,8 @@ impl Guard {
         Ok(())
     }
 
+    /// The stored records named by id must be of allowed labels (unknown ids pass: the
+    /// operation answers them as unknown).
     fn check_ids(&self, ids: &[String], label_of: LabelOf<'_>) -> Result<()> {
         for id in ids {
             if let Some(l) = label_of(id)? {

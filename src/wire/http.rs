@@ -343,10 +343,12 @@ fn credential_before_large_body(
     state: &HttpState,
     parts: &hyper::http::request::Parts,
 ) -> Result<()> {
-    let len = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    // No Content-Length and no Transfer-Encoding: HTTP/1.1 says there is no body (a GET).
+    let len = match parts.headers.get(CONTENT_LENGTH) {
+        Some(v) => v.to_str().ok().and_then(|v| v.parse::<u64>().ok()),
+        None if !parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) => Some(0),
+        None => None,
+    };
     if len.is_some_and(|n| n <= UNCHECKED_BODY_BYTES) {
         return Ok(());
     }

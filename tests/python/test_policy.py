@@ -157,6 +157,21 @@ def test_fail_closed(world, op):
     assert_rest_error(cap(world, "POST", "/api/v1/labels/search", {}), 403, "unauthorized")
 
 
+def test_ordering_by_a_hidden_property_is_refused_in_aggregations_too(world):
+    """A collect of records ordered by a property, and the per-record rows of an aggregation
+    without groupBy ordered by a field, read that field as a sort does: a hidden one is
+    refused (the order would tell its values though the answer leaves them out)."""
+    for body in [
+        {"labels": ["PERSON"], "groupBy": ["$record.age"],
+         "aggregate": {"c": {"fn": "collect", "alias": "$record", "orderBy": {"ssn": "desc"}, "limit": 1}}},
+        {"labels": ["PERSON"], "aggregate": {"n": {"fn": "count", "alias": "$record"}}, "orderBy": {"ssn": "asc"}},
+    ]:
+        assert_rest_error(cap(world, "POST", "/api/v1/records/search", body), 403, "unauthorized")
+    ok = {"labels": ["PERSON"], "groupBy": ["$record.age"],
+          "aggregate": {"c": {"fn": "collect", "alias": "$record", "orderBy": {"name": "desc"}}}}
+    assert cap(world, "POST", "/api/v1/records/search", ok).status_code == 200
+
+
 def test_boundary_only_is_unrestricted(world):
     other = "policy-free"
     token = mint(claims("*", tenant=other))

@@ -227,12 +227,7 @@ impl QueryDocument {
     /// SearchDto's defaults (`select: {}`, `aggregate: {}`, `groupBy: []`) ask for records,
     /// and `groupBy` has an effect only with an aggregation (SPEC.md).
     pub fn asks_for_rows(&self) -> bool {
-        let names_any = |v: &Option<Value>| match v {
-            None | Some(Value::Null) => false,
-            Some(Value::Object(m)) => !m.is_empty(),
-            Some(_) => true,
-        };
-        names_any(&self.aggregate) || names_any(&self.select)
+        crate::query::present(&self.aggregate) || crate::query::present(&self.select)
     }
 }
 

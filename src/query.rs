@@ -109,7 +109,9 @@ fn labels_of(doc: &QueryDocument) -> Result<Vec<String>> {
     Ok(labels)
 }
 
-fn present(v: &Option<Value>) -> bool {
+/// Whether an optional `aggregate` / `select` object names anything (`{}` is SearchDto's
+/// default, naming nothing).
+pub fn present(v: &Option<Value>) -> bool {
     match v {
         None | Some(Value::Null) => false,
         Some(Value::Object(m)) => !m.is_empty(),

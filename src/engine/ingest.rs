@@ -222,7 +222,7 @@ impl Engine {
 
     /// `query exportCsv`: the records a search finds (limit up to 1000), as CSV text.
     pub(super) async fn export_csv(&self, tenant: &Tenant, doc: &QueryDocument) -> Result<Outcome> {
-        if doc.aggregate.is_some() || doc.select.is_some() || doc.group_by.is_some() {
+        if doc.asks_for_rows() {
             return Err(Error::invalid(
                 "CSV export takes where, orderBy, skip, limit and labels; aggregate, select and groupBy are not exported",
             ));

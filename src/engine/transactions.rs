@@ -10,10 +10,12 @@
 //!   had when first seen; commit puts a `Check` of each in front of the staged ops, so the
 //!   writer refuses the whole batch (409 conflict) if any changed since: first committer wins.
 //! - Relationships do not change a record's version, so the relationships the transaction
-//!   reads or writes are remembered apart, as digests of their adjacency entries when first
-//!   seen (a listed record's whole adjacency, an attach's or a search hit's (source, type,
-//!   target), a detach's pairs, a deleted record's whole adjacency); commit checks each the
-//!   same way (`CheckAdjacency`). Only a write's check is remembered once the write is
+//!   lists or searches (`query relationships`) or writes are remembered apart, as digests of
+//!   their adjacency entries when first seen (a listed record's whole adjacency, an attach's
+//!   or a search hit's (source, type, target), a detach's pairs, a deleted record's whole
+//!   adjacency); commit checks each the same way (`CheckAdjacency`). Relationships a record
+//!   search only traverses (`relatedTo`, related-label blocks) are not remembered, as the
+//!   records it did not return are not. Only a write's check is remembered once the write is
 //!   accepted: a refused write leaves nothing behind.
 //! - A transaction ends exactly once (commit, rollback or expiry), under its own lock; its id
 //!   is then remembered as expired for [`EXPIRED_MEMORY`] when it ended by expiry, with how

@@ -187,11 +187,7 @@ fn build(
             // `orderBy`: "asc" / "desc" (values by value, records by id), or the general
             // form {name: direction}: for values, name is the collected field; for records,
             // the property they are ordered by.
-            let dir = |d: &Value, p: &str| match d.as_str() {
-                Some("asc") => Ok(false),
-                Some("desc") => Ok(true),
-                _ => Err(bad(p, "expected \"asc\" or \"desc\"")),
-            };
+            let dir = crate::query::order::direction;
             let opath = format!("{path}.orderBy");
             let (desc, by) = match m.get("orderBy") {
                 None | Some(Value::Null) => (None, None),
@@ -413,17 +409,12 @@ pub fn parse(
     let mut row_order = Vec::new();
     let mut push_keys = |m: &serde_json::Map<String, Value>, path: &str| -> Result<()> {
         for (k, d) in m {
-            let desc = match d.as_str() {
-                Some("asc") => false,
-                Some("desc") => true,
-                _ => {
-                    return Err(bad(
-                        &format!("{path}.{k}"),
-                        "order direction must be \"asc\" or \"desc\"",
-                    ))
-                }
+            let desc = crate::query::order::direction(d, &format!("{path}.{k}"))?;
+            // `$record.genre` and `$c.country` name the dimensions `genre` and `country`.
+            let name = match k.strip_prefix('$').and_then(|r| r.split_once('.')) {
+                Some((_, p)) if !p.is_empty() => p,
+                _ => k.as_str(),
             };
-            let name = k.strip_prefix("$record.").unwrap_or(k);
             // Without groupBy the rows are the records: any of their fields orders them.
             let known = defs.iter().any(|d| d.name == name) || dims.iter().any(|(n, _)| n == name);
             if !dims.is_empty() && !known {
@@ -446,7 +437,9 @@ pub fn parse(
     };
     match order {
         None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s == "asc" || s == "desc" => {}
+        Some(v @ Value::String(_)) => {
+            crate::query::order::direction(v, "orderBy")?;
+        }
         Some(Value::Object(m)) => push_keys(m, "orderBy")?,
         Some(Value::Array(items)) => {
             for (i, x) in items.iter().enumerate() {
@@ -504,10 +497,11 @@ pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
 }
 
 /// An exact running sum of floats (Shewchuk's non-overlapping partials, as Python's
-/// `math.fsum`), rounded once when read: the result does not depend on the order the values
-/// came in, so a sum split across threads and merged equals the one-pass sum, and it is the
-/// correctly rounded sum. Invariant: `partials` are finite, non-zero (but the last), and
-/// increasing in magnitude; an overflow is kept apart as its infinity.
+/// `math.fsum`), rounded once when read: while no intermediate sum overflows, the result does
+/// not depend on the order the values came in, so a sum split across threads and merged
+/// equals the one-pass sum, and it is the correctly rounded sum. Invariant: `partials` are
+/// finite, non-zero (but the last), and increasing in magnitude; an overflow is kept apart
+/// as its infinity (which then depends on the order, as a plain sum's would).
 #[derive(Debug, Clone, Default)]
 struct ExactSum {
     partials: Vec<f64>,

@@ -17,15 +17,21 @@ pub struct OrderKey {
     pub desc: bool,
 }
 
-/// Parses `orderBy`; the default is id descending (newest first).
-pub fn parse(v: Option<&Value>, path: &str) -> Result<Vec<OrderKey>> {
-    let dir = |v: &Value, p: &str| match v.as_str().map(str::to_ascii_lowercase).as_deref() {
+/// An order direction, `"asc"` or `"desc"` in any case: whether it is descending. The one
+/// reading of a direction, for records, grouped rows and `collect` alike.
+pub fn direction(v: &Value, path: &str) -> Result<bool> {
+    match v.as_str().map(str::to_ascii_lowercase).as_deref() {
         Some("asc") => Ok(false),
         Some("desc") => Ok(true),
         _ => Err(Error::invalid(format!(
-            "{p}: order direction must be \"asc\" or \"desc\""
+            "{path}: order direction must be \"asc\" or \"desc\""
         ))),
-    };
+    }
+}
+
+/// Parses `orderBy`; the default is id descending (newest first).
+pub fn parse(v: Option<&Value>, path: &str) -> Result<Vec<OrderKey>> {
+    let dir = direction;
     let key = |f: &str, v: &Value, p: &str| -> Result<OrderKey> {
         if f.is_empty() {
             return Err(Error::invalid(format!("{p}: field name must not be empty")));

@@ -233,13 +233,15 @@ pub enum AdjScope {
 }
 
 /// A digest of the adjacency entries in `scope`, keys and values: it changes whenever one of
-/// those relationships is added, removed or rewritten, or an end relabelled. SipHash with
-/// fixed keys: the same entries give the same digest for the process's lifetime (no
-/// transaction outlives it, and nothing is persisted).
+/// those relationships is added, removed or rewritten, or an end relabelled. SipHash keyed at
+/// random once per process: the same entries give the same digest for the process's lifetime
+/// (no transaction outlives it, and nothing is persisted), and a client cannot choose
+/// property values whose digests collide.
 pub fn adjacency_digest<R: KvRead + ?Sized>(kv: &R, tenant: u64, scope: &AdjScope) -> Result<u64> {
-    use std::hash::Hasher;
-    #[allow(deprecated)] // SipHasher: the std hasher with fixed keys, deterministic
-    let mut h = std::hash::SipHasher::new();
+    use std::hash::{BuildHasher, Hasher};
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let mut h = KEYS.get_or_init(Default::default).build_hasher();
     let (prefix, other) = match scope {
         AdjScope::Node(n) => (Key::tenant(tenant, keys::ADJACENCY).uuid(n).0, None),
         AdjScope::Pair(n, o) => (Key::tenant(tenant, keys::ADJACENCY).uuid(n).0, Some(o)),

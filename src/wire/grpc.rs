@@ -182,40 +182,58 @@ fn bearer(md: &MetadataMap) -> Option<String> {
 
 type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::RecordBatch, Status>> + Send>>;
 
-/// `ExecuteStream`'s batches of `records`, sent on `tx` as each is ready (stops when the call
-/// has ended). Each batch closes before the record that would take it past STREAM_BATCH
-/// records or `batch_bytes`; the first (also when there is no record) carries `total`.
-fn render_batches(
+/// One `ExecuteStream` batch: the records from `from` on that fit it (it closes before the
+/// record that would take it past STREAM_BATCH records or `batch_bytes`; a larger record
+/// travels alone). Answers the batch and where the next one starts.
+fn render_batch(
     records: &[crate::model::Record],
-    total: u64,
+    from: usize,
     batch_bytes: usize,
-    tx: &tokio::sync::mpsc::Sender<pb::RecordBatch>,
-) {
-    let mut first = true;
-    let mut send = |records_json: Vec<String>| {
-        let total = if std::mem::take(&mut first) { total } else { 0 };
-        tx.blocking_send(pb::RecordBatch {
-            records_json,
-            total,
-        })
-        .is_ok()
-    };
-    let (mut open, mut bytes, mut sent) = (Vec::new(), 0, 0);
-    for r in records {
+) -> (Vec<String>, usize) {
+    let (mut open, mut bytes, mut at) = (Vec::new(), 0, from);
+    while let Some(r) = records.get(at) {
         let json = render::record(r).to_string();
-        let full = open.len() == STREAM_BATCH || bytes + json.len() > batch_bytes;
-        if full && !open.is_empty() {
-            if !send(std::mem::take(&mut open)) {
-                return;
-            }
-            sent += 1;
-            bytes = 0;
+        if !open.is_empty() && (open.len() == STREAM_BATCH || bytes + json.len() > batch_bytes) {
+            break;
         }
         bytes += json.len();
         open.push(json);
+        at += 1;
     }
-    if !open.is_empty() || sent == 0 {
-        send(open);
+    (open, at)
+}
+
+/// Sends `records` on `tx` batch by batch, each rendered on the blocking pool and sent when
+/// the reader has room (two batches ahead at most): waiting for a slow reader holds no
+/// thread. The first batch (also when there is no record) carries `total`. Stops when the
+/// call has ended; a rendering that fails ends the stream with INTERNAL.
+async fn send_batches(
+    records: Vec<crate::model::Record>,
+    total: u64,
+    batch_bytes: usize,
+    tx: tokio::sync::mpsc::Sender<Result<pb::RecordBatch, Status>>,
+) {
+    let records = Arc::new(records);
+    let mut from = 0;
+    loop {
+        let rs = records.clone();
+        let rendered = tokio::task::spawn_blocking(move || render_batch(&rs, from, batch_bytes));
+        let (records_json, next) = match rendered.await {
+            Ok(b) => b,
+            Err(e) => {
+                let e = Error::internal(format!("rendering a stream batch failed: {e}"));
+                let _ = tx.send(Err(status(&e))).await;
+                return;
+            }
+        };
+        let batch = pb::RecordBatch {
+            records_json,
+            total: if from == 0 { total } else { 0 },
+        };
+        if tx.send(Ok(batch)).await.is_err() || next >= records.len() {
+            return;
+        }
+        from = next;
     }
 }
 
@@ -267,9 +285,8 @@ impl EngineService for GrpcEngine {
         // Rendering a large answer takes long (~1 s for 200,000 records): it runs off the
         // runtime's workers, a batch at a time, each sent as soon as it is ready; a slow
         // reader holds the renderer back (two batches ahead at most).
-        let (tx, rx) = tokio::sync::mpsc::channel::<pb::RecordBatch>(2);
-        let batch_bytes = self.batch_bytes;
-        tokio::task::spawn_blocking(move || render_batches(&records, total, batch_bytes, &tx));
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        tokio::spawn(send_batches(records, total, self.batch_bytes, tx));
         // The call's grpc-timeout bounds the whole answer, not only the query: a body still
         // streaming when it passes ends with DEADLINE_EXCEEDED.
         let stream = futures_util::stream::unfold((rx, false), move |(mut rx, ended)| async move {
@@ -289,7 +306,7 @@ impl EngineService for GrpcEngine {
                     }
                 },
             };
-            next.map(|b| (Ok(b), (rx, false)))
+            next.map(|b| (b, (rx, false)))
         });
         Ok(Response::new(Box::pin(stream)))
     }

@@ -263,6 +263,9 @@ def test_grouped_rows_take_a_list_of_order_keys_and_refuse_unknown_ones(module_a
     assert [(r["genre"], r["n"]) for r in rows] == [("drama", 3), ("comedy", 2), ("horror", 1)]
     rows = rows_of(module_api, {**base, "orderBy": [{"n": "asc"}, {"genre": "desc"}]})["data"]
     assert [(r["genre"], r["n"]) for r in rows] == [("horror", 1), ("comedy", 2), ("drama", 3)]
+    # directions in any case and dimensions by their groupBy spelling, as for records
+    rows = rows_of(module_api, {**base, "orderBy": [{"n": "DESC"}, {"$record.genre": "Asc"}]})["data"]
+    assert [(r["genre"], r["n"]) for r in rows] == [("drama", 3), ("comedy", 2), ("horror", 1)]
     r = module_api.post(SEARCH, {**base, "orderBy": {"zzz": "desc"}})
     assert_rest_error(r, 400, "invalid_argument", message_contains=["orderBy.zzz", "genre", "n"])
     r = module_api.post(SEARCH, {**base, "orderBy": [{"n": "desc"}, 3]})

@@ -586,28 +586,24 @@ impl<R: KvRead> Reads<'_, R> {
 
 impl RelCond {
     fn eval<R: KvRead>(&self, c: &Candidate<'_>, ends: &mut Reads<'_, R>) -> Result<bool> {
-        let all = |cs: &[RelCond], ends: &mut Reads<'_, R>| -> Result<Vec<bool>> {
-            cs.iter().map(|x| x.eval(c, ends)).collect()
+        // How many operands hold, counting no further than `enough`.
+        let holding = |cs: &[RelCond], enough: usize, ends: &mut Reads<'_, R>| -> Result<usize> {
+            let mut n = 0;
+            for x in cs {
+                if n == enough {
+                    break;
+                }
+                n += x.eval(c, ends)? as usize;
+            }
+            Ok(n)
         };
         Ok(match self {
-            RelCond::And(cs) => {
-                for x in cs {
-                    if !x.eval(c, ends)? {
-                        return Ok(false);
-                    }
-                }
-                true
-            }
-            RelCond::Or(cs) => {
-                for x in cs {
-                    if x.eval(c, ends)? {
-                        return Ok(true);
-                    }
-                }
-                false
-            }
-            RelCond::Nor(cs) => !all(cs, ends)?.into_iter().any(|b| b),
-            RelCond::Xor(cs) => all(cs, ends)?.into_iter().filter(|b| *b).count() == 1,
+            RelCond::And(cs) => cs
+                .iter()
+                .try_fold(true, |all, x| Ok::<_, Error>(all && x.eval(c, ends)?))?,
+            RelCond::Or(cs) => holding(cs, 1, ends)? == 1,
+            RelCond::Nor(cs) => holding(cs, 1, ends)? == 0,
+            RelCond::Xor(cs) => holding(cs, 2, ends)? == 1,
             RelCond::Not(x) => !x.eval(c, ends)?,
             RelCond::Type(ts) => ts.iter().any(|t| t == c.rel_type),
             RelCond::SourceLabel(ls) => ls.iter().any(|l| l == c.source.1),
@@ -698,30 +694,10 @@ impl RelWhere {
                     )))
                 }
                 "$and" | "$or" | "$nor" | "$xor" => {
-                    // As in record where trees: an array of where objects, or an object
-                    // whose keys are the operands one each.
-                    let parts = match v {
-                        Value::Array(items) => items
-                            .iter()
-                            .enumerate()
-                            .map(|(i, x)| {
-                                let q = format!("{p}[{i}]");
-                                RelWhere::parse(x, &q, false, nodes)?.cond(&q)
-                            })
-                            .collect::<Result<Vec<_>>>()?,
-                        Value::Object(m) => m
-                            .iter()
-                            .map(|(k, x)| {
-                                let one = Value::Object(Map::from_iter([(k.clone(), x.clone())]));
-                                RelWhere::parse(&one, &p, false, nodes)?.cond(&p)
-                            })
-                            .collect::<Result<Vec<_>>>()?,
-                        _ => {
-                            return Err(Error::invalid(format!(
-                                "{p}: expected an array of where objects"
-                            )))
-                        }
-                    };
+                    let parts = filter::logical_operands(v, &p)?
+                        .iter()
+                        .map(|(x, q)| RelWhere::parse(x, q, false, nodes)?.cond(q))
+                        .collect::<Result<Vec<_>>>()?;
                     w.logical.push(match k.as_str() {
                         "$and" => RelCond::And(parts),
                         "$or" => RelCond::Or(parts),
@@ -929,6 +905,11 @@ impl RelSpec {
             }
         }
         Ok(Some(if swapped { (lb, la) } else { (la, lb) }))
+    }
+
+    /// The record whose relationships a listing is about (None: a search).
+    pub(super) fn record(&self) -> Option<Uuid> {
+        self.record
     }
 
     /// `edges`: the record's relationships when the caller already listed them.

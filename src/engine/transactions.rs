@@ -348,12 +348,12 @@ fn adjacency_digests<R: store::kv::KvRead>(
     kv: &R,
     t: u64,
     scopes: impl IntoIterator<Item = AdjScope>,
-) -> Result<Vec<(AdjScope, u64)>> {
-    let mut out: Vec<(AdjScope, u64)> = Vec::new();
+) -> Result<HashMap<AdjScope, u64>> {
+    let mut out = HashMap::new();
     for s in scopes {
-        if !open.adjacency.contains_key(&s) && !out.iter().any(|(x, _)| *x == s) {
+        if !open.adjacency.contains_key(&s) && !out.contains_key(&s) {
             let d = adjacency_digest(kv, t, &s)?;
-            out.push((s, d));
+            out.insert(s, d);
         }
     }
     Ok(out)
@@ -560,14 +560,14 @@ impl Engine {
         match op {
             Operation::Query(QueryOp::Record(q)) => {
                 let id = crate::model::parse_uuid_v7(&q.id, "id")?;
-                let rec = self.staged_read(open, |kv, t| rec::get_record(kv, t, &id))?;
+                let rec = self.staged_read(open, |kv, t, _| rec::get_record(kv, t, &id))?;
                 let rec = rec.ok_or_else(|| Error::not_found(format!("record {id} not found")))?;
                 remember(open, std::slice::from_ref(&rec));
                 Ok(Outcome::Record(Box::new(rec)))
             }
             Operation::Query(QueryOp::Records(q)) => {
                 let q = crate::query::lower(&q.query, true)?;
-                let (out, anchor) = self.staged_read(open, |kv, t| {
+                let (out, anchor) = self.staged_read(open, |kv, t, _| {
                     let noting = NotingReads::new(kv, t);
                     q.check_anchor(&noting, t)?;
                     Ok((
@@ -583,22 +583,17 @@ impl Engine {
                 })
             }
             Operation::Query(QueryOp::Relationships(q)) => {
-                let listed = q.query.record_id.clone();
                 let spec = super::relationships::RelSpec::parse(q.query)?;
                 // The records a listing or search reads (its record, the endpoints a side
                 // filter looks at) are read inside the transaction: remembered like any other.
                 // So are the relationships it answers: a listing's record's whole adjacency,
                 // each hit of a search (digests of the committed data the read saw).
-                let snap = self.store.snapshot()?;
                 let (((relationships, total), read), digests) =
-                    store::staged_view(&snap, &open.tenant, open.ops.clone(), |kv, t, _| {
+                    self.staged_read(open, |kv, t, snap| {
                         let noting = NotingReads::new(kv, t);
                         let (page, total) = spec.run(&noting, t, None)?;
-                        let scopes: Vec<AdjScope> = match &listed {
-                            Some(id) => vec![AdjScope::Node(crate::model::parse_uuid_v7(
-                                id,
-                                "record id",
-                            )?)],
+                        let scopes: Vec<AdjScope> = match spec.record() {
+                            Some(id) => vec![AdjScope::Node(id)],
                             None => page
                                 .iter()
                                 .map(|v| AdjScope::Triple {
@@ -608,7 +603,7 @@ impl Engine {
                                 })
                                 .collect(),
                         };
-                        let digests = adjacency_digests(open, &snap, t, scopes)?;
+                        let digests = adjacency_digests(open, snap, t, scopes)?;
                         Ok((((page, total), noting.read.into_inner()), digests))
                     })?;
                 note_versions(open, read);
@@ -652,14 +647,20 @@ impl Engine {
     }
 
     /// Runs `read` on the transaction's view (committed data plus staged writes).
+    /// `read` also gets the committed snapshot under the view (what the transaction's
+    /// checks compare against).
     fn staged_read<T>(
         &self,
         open: &Open,
-        read: impl FnOnce(&store::kv::Overlay<'_, store::kv::Snapshot>, u64) -> Result<T>,
+        read: impl FnOnce(
+            &store::kv::Overlay<'_, store::kv::Snapshot>,
+            u64,
+            &store::kv::Snapshot,
+        ) -> Result<T>,
     ) -> Result<T> {
         let snap = self.store.snapshot()?;
         store::staged_view(&snap, &open.tenant, open.ops.clone(), |kv, t, _| {
-            read(kv, t)
+            read(kv, t, &snap)
         })
     }
 
@@ -695,7 +696,7 @@ impl Engine {
         }
         let snap = self.store.snapshot()?;
         // What the writes depend on, as committed: remembered once they are accepted.
-        let (mut versions, mut digests) = (Vec::new(), Vec::new());
+        let (mut versions, mut digests) = (Vec::new(), HashMap::new());
         if let Some(t) = self.store.tenant_id(&open.tenant) {
             for id in ops.iter().flat_map(written_ids) {
                 if !open.seen.contains_key(&id) {
@@ -717,10 +718,10 @@ impl Engine {
                     return Err(e);
                 }
             };
-        for (id, v) in versions.drain(..) {
+        for (id, v) in versions {
             open.seen.entry(id).or_insert(v);
         }
-        for (scope, d) in digests.drain(..) {
+        for (scope, d) in digests {
             open.adjacency.entry(scope).or_insert(d);
         }
         let skip = out.len() - n;

@@ -427,26 +427,10 @@ impl Parser {
     }
 
     fn list(&mut self, v: &Value, path: &str) -> Result<Vec<Filter>> {
-        match v {
-            Value::Array(items) => items
-                .iter()
-                .enumerate()
-                .map(|(i, x)| self.tree(x, &format!("{path}[{i}]")))
-                .collect(),
-            // An object: each of its keys is one operand (`{"$or": {"a": 1, "b": 2}}` is a = 1
-            // or b = 2), as `{"$or": [{"a": 1}, {"b": 2}]}` would say it.
-            Value::Object(m) => m
-                .iter()
-                .map(|(k, x)| {
-                    let one = serde_json::Map::from_iter([(k.clone(), x.clone())]);
-                    self.tree(&Value::Object(one), path)
-                })
-                .collect(),
-            _ => Err(bad(
-                path,
-                "expected an array of where objects, or an object",
-            )),
-        }
+        logical_operands(v, path)?
+            .iter()
+            .map(|(x, p)| self.tree(x, p))
+            .collect()
     }
 
     fn ids(&self, v: &Value, path: &str) -> Result<Vec<Uuid>> {
@@ -655,6 +639,35 @@ impl Parser {
             1 => parts.remove(0),
             _ => Filter::And(parts),
         })
+    }
+}
+
+/// The operands of `$and`, `$or`, `$nor` or `$xor`, each with its path: an array of where
+/// objects, or an object whose keys are the operands one each (`{"$or": {"a": 1, "b": 2}}` is
+/// a = 1 or b = 2, as `{"$or": [{"a": 1}, {"b": 2}]}` would say it). Record and relationship
+/// where trees read them alike.
+pub fn logical_operands<'a>(
+    v: &'a Value,
+    path: &str,
+) -> Result<Vec<(std::borrow::Cow<'a, Value>, String)>> {
+    use std::borrow::Cow;
+    match v {
+        Value::Array(items) => Ok(items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (Cow::Borrowed(x), format!("{path}[{i}]")))
+            .collect()),
+        Value::Object(m) => Ok(m
+            .iter()
+            .map(|(k, x)| {
+                let one = serde_json::Map::from_iter([(k.clone(), x.clone())]);
+                (Cow::Owned(Value::Object(one)), path.to_string())
+            })
+            .collect()),
+        _ => Err(bad(
+            path,
+            "expected an array of where objects, or an object",
+        )),
     }
 }
 

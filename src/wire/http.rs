@@ -175,13 +175,8 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limits: &Limits) -> Resu
             ),
         )
     };
-    if let Some(len) = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-    {
-        if len > limits.max_body_bytes {
-            return Err(too_large());
-        }
+    if declared_length(headers).is_some_and(|len| len > limits.max_body_bytes) {
+        return Err(too_large());
     }
     Ok(Limited::new(body, limits.max_body_bytes as usize)
         .collect()
@@ -338,18 +333,22 @@ pub async fn handle(
 /// (checking it twice on every request would cost the hot paths).
 const UNCHECKED_BODY_BYTES: u64 = 64 * 1024;
 
+/// The body length a request declares: its Content-Length, or 0 without Content-Length and
+/// Transfer-Encoding (HTTP/1.1: no body, as a GET's); None when unknown (chunked, unreadable).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    match headers.get(CONTENT_LENGTH) {
+        Some(v) => v.to_str().ok()?.parse::<u64>().ok(),
+        None if !headers.contains_key(hyper::header::TRANSFER_ENCODING) => Some(0),
+        None => None,
+    }
+}
+
 /// The credential check of an authenticated route, made before a large body is read.
 fn credential_before_large_body(
     state: &HttpState,
     parts: &hyper::http::request::Parts,
 ) -> Result<()> {
-    // No Content-Length and no Transfer-Encoding: HTTP/1.1 says there is no body (a GET).
-    let len = match parts.headers.get(CONTENT_LENGTH) {
-        Some(v) => v.to_str().ok().and_then(|v| v.parse::<u64>().ok()),
-        None if !parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) => Some(0),
-        None => None,
-    };
-    if len.is_some_and(|n| n <= UNCHECKED_BODY_BYTES) {
+    if declared_length(&parts.headers).is_some_and(|n| n <= UNCHECKED_BODY_BYTES) {
         return Ok(());
     }
     let path = parts.uri.path();

@@ -47,7 +47,8 @@ fn at(path: &str, e: Error) -> Error {
     Error::new(e.code, format!("{path}: {}", e.message))
 }
 
-fn is_empty_value(v: &Value) -> bool {
+/// What `options.skipEmptyValues` leaves out: an empty string or an empty array.
+pub(crate) fn is_empty_value(v: &Value) -> bool {
     matches!(v, Value::String(s) if s.is_empty()) || matches!(v, Value::Array(a) if a.is_empty())
 }
 

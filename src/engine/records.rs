@@ -95,7 +95,11 @@ impl Engine {
                 "properties is required to replace a record (send {} to remove every property)",
             ));
         }
-        let mut props = infer_map(&p.properties.unwrap_or_default(), opts.flatten.infer)?;
+        let mut data = p.properties.unwrap_or_default();
+        if opts.flatten.skip_empty_values {
+            data.retain(|_, v| !bulk::documents::is_empty_value(v));
+        }
+        let mut props = infer_map(&data, opts.flatten.infer)?;
         apply_explicit(
             &mut props,
             p.typed_properties.as_deref().unwrap_or_default(),

@@ -455,11 +455,16 @@ impl Engine {
                 },
             )
             .await?;
-        let cmp = |a: &crate::model::Scalar, b: &crate::model::Scalar| {
-            query::order::elem_cmp(ty, a, ty, b)
-        };
-        values.sort_by(cmp);
-        values.dedup_by(|a, b| cmp(a, b) == std::cmp::Ordering::Equal && a == b);
+        // Values equal in order but written differently (datetimes of one instant) are all
+        // kept; the text breaks the tie so that equal texts are adjacent for dedup.
+        use crate::model::Scalar;
+        values.sort_by(|a, b| {
+            query::order::elem_cmp(ty, a, ty, b).then_with(|| match (a, b) {
+                (Scalar::Str(x), Scalar::Str(y)) => x.cmp(y),
+                _ => std::cmp::Ordering::Equal,
+            })
+        });
+        values.dedup();
         let (min, max) = (
             values.first().map(|v| v.to_json()),
             values.last().map(|v| v.to_json()),

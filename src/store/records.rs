@@ -8,7 +8,7 @@ use super::kv::{KvRead, Overlay};
 use super::relationships::{LinkRel, UnlinkRel};
 use crate::error::{Error, Result};
 use crate::model::{infer::PropWrites, PropType, PropValue, Record};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use uuid::Uuid;
 
 /// How a put treats the record's existing properties.
@@ -779,21 +779,63 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             .get(&self.key(keys::PROP_BY_ID).uuid(pid).0)?
             .ok_or_else(|| Error::not_found(format!("property {pid} not found")))?;
         let (name, ty) = codec::decode_prop_meta(&meta)?;
-        let prefix = self.key(keys::PROP_INDEX).uuid(pid).0;
         let mut holders = BTreeSet::new();
+        let prefix = self.key(keys::PROP_INDEX).uuid(pid).0;
         self.ov.scan_prefix(&prefix, false, &mut |k, _| {
             let id = Uuid::from_slice(&k[k.len() - 16..])
                 .map_err(|_| Error::internal("corrupt index key"))?;
             holders.insert(id);
             Ok(true)
         })?;
+        // An empty array has no value-index entry, so the index misses its holders; the
+        // per-label counters do not. A label whose counter is above the holders the index
+        // found there is scanned for the rest.
+        let mut found: BTreeMap<String, u64> = BTreeMap::new();
+        let mut holding = Vec::with_capacity(holders.len());
         for id in &holders {
-            let old = self.load(id)?;
-            let mut new = Record {
-                version: self.seq,
-                ..old.clone()
-            };
-            if new.props.get(&name).is_some_and(|v| v.ty == ty) {
+            let rec = self.load(id)?;
+            *found.entry(rec.label.clone()).or_default() += 1;
+            holding.push(rec);
+        }
+        let count_prefix = self.key(keys::PROP_LABEL_COUNT).uuid(pid).0;
+        let mut short = Vec::new();
+        self.ov.scan_prefix(&count_prefix, false, &mut |k, v| {
+            let (label, _) = keys::read_escaped(&k[count_prefix.len()..])
+                .ok_or_else(|| Error::internal("corrupt property counter key"))?;
+            let label = String::from_utf8(label)
+                .map_err(|_| Error::internal("corrupt property counter key"))?;
+            let (count, _) = codec::decode_u64_pair(v)?;
+            if count > found.get(&label).copied().unwrap_or(0) {
+                short.push(label);
+            }
+            Ok(true)
+        })?;
+        for label in short {
+            let mut ids = Vec::new();
+            let prefix = self.key(keys::LABEL_INDEX).str(&label).0;
+            self.ov.scan_prefix(&prefix, false, &mut |k, _| {
+                let id = Uuid::from_slice(&k[k.len() - 16..])
+                    .map_err(|_| Error::internal("corrupt label index key"))?;
+                ids.push(id);
+                Ok(true)
+            })?;
+            for id in ids {
+                if holders.contains(&id) {
+                    continue;
+                }
+                let rec = self.load(&id)?;
+                if rec.props.get(&name).is_some_and(|v| v.ty == ty) {
+                    holders.insert(id);
+                    holding.push(rec);
+                }
+            }
+        }
+        for old in holding {
+            if old.props.get(&name).is_some_and(|v| v.ty == ty) {
+                let mut new = Record {
+                    version: self.seq,
+                    ..old.clone()
+                };
                 new.props.remove(&name);
                 self.rewrite(&old, &new)?;
             }

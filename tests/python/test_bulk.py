@@ -237,6 +237,27 @@ def test_option_skip_empty_values(module_api):
     assert props(r) == {"c": 0, "d": False}
 
 
+def test_option_skip_empty_values_on_create_upsert_and_edit(module_api):
+    label = unique("SEC")
+    r = module_api.post("/api/v1/records", {"label": label, "data": {"a": "", "b": [], "c": 0, "e": "x"},
+                                            "options": {"skipEmptyValues": True, "returnResult": True}})
+    assert r.status_code == 201, r.text
+    rec = r.json()["data"]
+    assert props(rec) == {"c": 0, "e": "x"}
+    # an edit with the option keeps the stored value where the given one is empty
+    r = module_api.patch(f"/api/v1/records/{rec['__id']}", {"data": {"e": "", "f": "y"}, "options": {"skipEmptyValues": True}})
+    assert r.status_code == 201, r.text
+    assert props(r.json()["data"]) == {"c": 0, "e": "x", "f": "y"}
+    # without it an empty string is a value
+    r = module_api.patch(f"/api/v1/records/{rec['__id']}", {"data": {"e": ""}})
+    assert props(r.json()["data"])["e"] == ""
+    # an upsert with the option
+    r = module_api.post("/api/v1/records", {"label": label, "data": {"k": 7, "g": []},
+                                            "options": {"skipEmptyValues": True, "mergeBy": ["k"], "returnResult": True}})
+    assert r.status_code in (200, 201), r.text
+    assert props(r.json()["data"]) == {"k": 7}
+
+
 def test_option_types_are_checked(module_api):
     with unchanged(module_api):
         assert_rest_error(module_api.post("/api/v1/records/import/json", {"label": "X", "data": {"a": 1}, "options": {"mergeStrategy": "merge"}}),

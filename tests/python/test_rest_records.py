@@ -626,6 +626,25 @@ def test_property_delete_removes_it_from_all_records(module_api):
     assert_rest_error(module_api.delete(f"/api/v1/properties/{p['id']}"), 404, "not_found")
 
 
+def test_property_delete_reaches_records_holding_an_empty_array(module_api):
+    # An empty array has no entry in the value index; the delete still finds its records
+    # (in several labels), and the property's metadata goes with the last holder.
+    l1, l2, name = unique("PDE"), unique("PDE"), unique("ea")
+    a = module_api.create(l1, {name: [], "keep": 1})
+    b = module_api.create(l1, {name: ["v"], "keep": 2})
+    c = module_api.create(l2, {name: [], "keep": 3})
+    p = module_api.property_by(name, "string")
+    assert p["recordsCount"] == 3
+    r = module_api.delete(f"/api/v1/properties/{p['id']}")
+    assert r.status_code == 200, r.text
+    assert "3 record" in r.json()["data"]["message"]
+    for rid, keep in ((a, 1), (b, 2), (c, 3)):
+        rec = module_api.record(rid)
+        assert name not in rec and name not in rec["__proptypes"] and rec["keep"] == keep
+    assert_rest_error(module_api.get(f"/api/v1/properties/{p['id']}"), 404, "not_found")
+    assert module_api.property_by(name, "string") is None
+
+
 def test_unknown_property_is_404(module_api):
     name = unique("ghost")
     module_api.create(unique("GHOST"), {name: 1})

@@ -998,6 +998,35 @@ def test_property_values_datetimes(module_api):
     assert (out["min"], out["max"], out["type"]) == ("2020-02-02", "2023-12-31T22:00:00Z", "datetime")
 
 
+def test_property_values_where_and_labels(module_api):
+    # The SDK sends a SearchDto's labels and where with the values query; they narrow the
+    # records whose values are listed, as in Protocol v1 propertyValues.
+    a, b, prop = unique("PVW"), unique("PVW"), unique("pvw")
+    seed(module_api, a, [{prop: "x", "year": 2010}, {prop: "y", "year": 2020}, {prop: "z", "year": 2021}])
+    seed(module_api, b, [{prop: "w", "year": 2022}])
+    pid = module_api.property_by(prop, "string")["id"]
+    assert _values(module_api, pid, {})["values"] == ["w", "x", "y", "z"]
+    assert _values(module_api, pid, {"labels": [a]})["values"] == ["x", "y", "z"]
+    assert _values(module_api, pid, {"where": {"year": {"$gt": 2015}}})["values"] == ["w", "y", "z"]
+    out = _values(module_api, pid, {"labels": [a], "where": {"year": {"$gt": 2015}}, "orderBy": "desc"})
+    assert out["values"] == ["z", "y"]
+    assert_rest_error(module_api.post(f"/api/v1/properties/{pid}/values", {"labels": "A"}), 400,
+                      "invalid_argument", message_contains=["labels"])
+    assert_rest_error(module_api.post(f"/api/v1/properties/{pid}/values", {"where": {"year": {"$near": 1}}}),
+                      400, "invalid_argument", message_contains=["$near"])
+
+
+def test_property_values_distinct_when_one_instant_is_written_several_ways(module_api):
+    label, prop = unique("PVI"), unique("pvi")
+    written = ["2021-05-05", "2021-05-05T00:00:00Z", "2021-05-05", "2021-05-05T02:00:00+02:00",
+               "2021-05-05T00:00:00Z", "2021-05-06"]
+    seed(module_api, label, [{prop: v} for v in written])
+    pid = module_api.property_by(prop, "datetime")["id"]
+    out = _values(module_api, pid, {})
+    # one of each text; texts of one instant in code point order
+    assert out["values"] == ["2021-05-05", "2021-05-05T00:00:00Z", "2021-05-05T02:00:00+02:00", "2021-05-06"]
+
+
 def test_property_values_validation(module_api):
     label, prop = unique("PVV"), unique("pvv")
     seed(module_api, label, [{prop: 1}])
@@ -1009,6 +1038,10 @@ def test_property_values_validation(module_api):
     # an unknown property id
     r = module_api.post("/api/v1/properties/0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f/values", {})
     assert_rest_error(r, 404, "not_found")
+    # the path names a property by id: a name, a non-UUID or another UUID version is a 400
+    for bad in (prop, "xyz", "0d8f6c1e-7a4b-4c2e-9f3d-2a1b3c4d5e6f"):
+        assert_rest_error(module_api.post(f"/api/v1/properties/{bad}/values", {}), 400, "invalid_argument",
+                          message_contains=["property id"])
 
 
 def test_protocol_property_values(module_api):

@@ -139,6 +139,12 @@ struct ValuesBody {
     skip: Option<i64>,
     #[serde(default)]
     limit: Option<i64>,
+    /// Counted among the records of these labels only (as in a SearchDto).
+    #[serde(default)]
+    labels: Option<Vec<String>>,
+    /// Counted among the records this where tree matches (as in a SearchDto).
+    #[serde(default, rename = "where")]
+    predicate: Option<Value>,
 }
 
 /// An edit body (PATCH/PUT). When it has neither `data` nor `properties`, it is flat: its
@@ -279,14 +285,17 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
         (&Method::POST, ["properties", id, "values"]) => ("/api/v1/properties/{id}/values", {
             let id = id.to_string();
             async {
+                // The path names a property by id; Protocol v1's `property` also takes a name,
+                // so the id is checked here (400 like GET and DELETE of a property).
+                crate::model::parse_uuid_v7(&id, "property id")?;
                 let b: ValuesBody = decode_body(state, &req)?;
                 let q = PropertyValuesQuery {
                     query: b.query,
                     order: b.order_by,
                     offset: b.skip,
                     limit: b.limit,
-                    labels: None,
-                    predicate: None,
+                    labels: b.labels,
+                    predicate: b.predicate,
                 };
                 let op = Operation::Query(QueryOp::PropertyValues(PropertyValuesOp {
                     property: id,

@@ -60,8 +60,11 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
         file.runtime.workers = w;
     }
     file.validate()?;
-    // The SQL wire and Bolt listeners are not started yet; their addresses are still checked,
-    // so a typo is found now rather than when they are.
+    // Every listener address is checked here, with the other settings (a refused setting
+    // exits 2). The SQL wire and Bolt listeners are not started yet; their addresses are
+    // still checked, so a typo is found now rather than when they are.
+    parse_addr("HTTP", &file.listen.http)?;
+    parse_addr("gRPC", &file.listen.grpc)?;
     parse_addr("SQL wire", &file.listen.pg)?;
     parse_addr("Bolt", &file.listen.bolt)?;
     let capability_secret = match args.capability_secret {

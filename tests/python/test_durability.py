@@ -582,13 +582,13 @@ def test_dev_token_on_non_loopback_refused(tmp_path, addr):
     assert not (tmp_path / "d").exists()  # refused before the store opened
 
 
-@pytest.mark.parametrize("flag", ["--pg-addr", "--bolt-addr", "--http-addr"])
+@pytest.mark.parametrize("flag", ["--pg-addr", "--bolt-addr", "--http-addr", "--grpc-addr"])
 def test_listener_address_typo_refused(tmp_path, flag):
     """Addresses are IP literals; the SQL wire and Bolt ones are checked too, though those
-    listeners are not started yet."""
+    listeners are not started yet. A bad address is a bad flag: exit 2 (docs/operations.md)."""
     addrs = {"--http-addr": "127.0.0.1:0", "--grpc-addr": "127.0.0.1:0", flag: "localhost:0"}
     p = _serve(tmp_path, "--data-dir", str(tmp_path / "d"), *[x for kv in addrs.items() for x in kv])
-    assert p.returncode != 0 and p.stdout == ""
+    assert p.returncode == 2 and p.stdout == ""
     assert any("localhost:0" in m and "not an ip:port" in m for m in _error_messages(p.stderr)), p.stderr
 
 

@@ -1,4 +1,5 @@
-//! Command line: `engine serve`, `engine import`, `engine version`.
+//! Command line: `engine serve`, `engine import`, `engine export`, `engine restore`,
+//! `engine token mint`, `engine version` (and `engine --export FILE` / `--restore FILE`).
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -7,7 +8,19 @@ use std::path::PathBuf;
 #[command(name = "engine", version, about = "Graph record database engine")]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    /// Same as `engine export FILE`: write the store to a graph snapshot (server stopped).
+    #[arg(long, value_name = "FILE", conflicts_with = "restore")]
+    pub export: Option<PathBuf>,
+    /// Same as `engine restore FILE`: restore a graph snapshot into a new data directory.
+    #[arg(long, value_name = "FILE")]
+    pub restore: Option<PathBuf>,
+    /// Data directory of --export / --restore (default: ENGINE_DATA_DIR, the config file's, ./data).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// TOML configuration file of --export / --restore (data_dir and [storage]).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -19,8 +32,25 @@ pub enum Command {
     /// Capability tokens (the operator's control-plane helper).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Write the whole store (every tenant) to a graph snapshot; the server must be stopped.
+    Export(SnapshotArgs),
+    /// Restore a graph snapshot into a new (absent or empty) data directory.
+    Restore(SnapshotArgs),
     /// Print the engine, protocol and storage format versions.
     Version,
+}
+
+/// `engine export FILE` / `engine restore FILE`: see docs/operations.md ("Export and restore").
+#[derive(Debug, Args, Clone)]
+pub struct SnapshotArgs {
+    /// The snapshot file (`-`: standard output for export, standard input for restore).
+    pub file: PathBuf,
+    /// Data directory (default: the config file's data_dir, then ./data).
+    #[arg(long, env = "ENGINE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// TOML configuration file (data_dir and the [storage] settings are used).
+    #[arg(long, env = "ENGINE_CONFIG")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -147,6 +147,10 @@ pub enum Outcome {
         records: u64,
         relationships: u64,
     },
+    /// `backup snapshot`: the tenant as a graph snapshot (JSON Lines, `store::snapshot`).
+    Backup {
+        content: String,
+    },
     TransactionBegun {
         id: uuid::Uuid,
         ttl: u64,
@@ -197,6 +201,30 @@ pub struct Engine {
 
 fn digest(s: &str) -> [u8; 32] {
     Sha256::digest(s.as_bytes()).into()
+}
+
+/// The largest snapshot one `backup` answer carries (bigger tenants: `engine export`).
+pub const MAX_BACKUP_BYTES: usize = 64 << 20;
+const BACKUP_TOO_LARGE: &str = "backup answer over its cap";
+
+/// A buffer that refuses to grow past `MAX_BACKUP_BYTES`.
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_BACKUP_BYTES {
+            return Err(std::io::Error::other(BACKUP_TOO_LARGE));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn too_large(e: std::io::Error) -> Error {
+    Error::internal(e.to_string())
 }
 
 impl Engine {
@@ -587,12 +615,70 @@ impl Engine {
             }
             Operation::Ingest(i) => self.ingest(tenant, i, sink).await,
             Operation::PurgeTenant(p) => self.purge_tenant(tenant, p).await,
+            Operation::Backup(b) => self.backup(&tenant, b).await,
             Operation::Query(QueryOp::ExportCsv(q)) => self.export_csv(&tenant, &q.query).await,
             Operation::Query(QueryOp::Relationships(q)) => {
                 self.find_relationships(&tenant, q.query).await
             }
             other => Err(Error::unsupported(other.name())),
         }
+    }
+
+    /// `backup {kind: "snapshot"}`: the envelope's own tenant in the format of `engine export`
+    /// (a whole snapshot of one tenant, restorable with `engine restore`), read on one
+    /// snapshot off the runtime's workers. Answers up to `MAX_BACKUP_BYTES`; a larger tenant
+    /// is exported with `engine export`.
+    async fn backup(&self, tenant: &Tenant, b: crate::protocol::BackupOp) -> Result<Outcome> {
+        use crate::store::snapshot;
+        if b.kind != "snapshot" {
+            return Err(Error::invalid(format!(
+                "backup.kind: '{}' is not one of: snapshot",
+                crate::model::truncate(&b.kind, 64)
+            )));
+        }
+        let snap = self.store.snapshot()?;
+        let (id, name, multi) = match tenant {
+            Tenant::Named(n) => (self.store.tenant_id(tenant), Some(n.clone()), true),
+            _ => (Some(crate::store::keys::SINGLE_TENANT), None, false),
+        };
+        let content = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
+            let mut out = Capped(Vec::new());
+            let mut line = serde_json::to_vec(&snapshot::header(multi))
+                .map_err(|e| Error::internal(e.to_string()))?;
+            line.push(b'\n');
+            std::io::Write::write_all(&mut out, &line).map_err(too_large)?;
+            let mut counts = snapshot::Counts::default();
+            match id {
+                Some(id) => {
+                    snapshot::export_tenant(&snap, id, name.as_deref(), &mut out, &mut counts)?
+                }
+                // A tenant never written: just its tenant line.
+                None => {
+                    let empty = serde_json::json!({"kind": "tenant", "name": name});
+                    let mut l = empty.to_string().into_bytes();
+                    l.push(b'\n');
+                    std::io::Write::write_all(&mut out, &l).map_err(too_large)?;
+                    counts.tenants = 1;
+                }
+            }
+            snapshot::end(&mut out, counts)?;
+            Ok(out.0)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("backup task failed: {e}")))?
+        .map_err(|e| {
+            if e.message.contains(BACKUP_TOO_LARGE) {
+                Error::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!("the tenant's snapshot is larger than {MAX_BACKUP_BYTES} bytes, the most one backup answer carries: export it with `engine export` (server stopped)"),
+                )
+            } else {
+                e
+            }
+        })?;
+        let content =
+            String::from_utf8(content).map_err(|_| Error::internal("snapshot is not UTF-8"))?;
+        Ok(Outcome::Backup { content })
     }
 
     /// `purgeTenant`: the envelope's own tenant becomes invisible in one small write; its keys

@@ -2,6 +2,7 @@
 
 pub mod activity;
 pub mod auth;
+pub mod backup;
 pub mod bulk;
 pub mod cli;
 pub mod config;

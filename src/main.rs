@@ -34,9 +34,71 @@ fn mint(m: &engine::cli::MintArgs) -> Result<String, String> {
     Ok(engine::auth::mint(&secret, &claims))
 }
 
+/// `engine export` / `engine restore`: 0 done, 1 failed, 2 a bad flag or config file.
+fn snapshot_command(
+    export: bool,
+    file: &std::path::Path,
+    data_dir: Option<std::path::PathBuf>,
+    config: Option<&std::path::Path>,
+) -> i32 {
+    let (dir, opts) = match engine::backup::resolve(data_dir, config) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let done = if export {
+        engine::backup::export(&dir, opts, file)
+    } else {
+        engine::backup::restore(&dir, opts, file)
+    };
+    match done {
+        Ok(summary) => {
+            eprintln!("{summary}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
-    match cli.command {
+    let Some(command) = cli.command else {
+        let code = match (&cli.export, &cli.restore) {
+            (Some(f), None) => snapshot_command(true, f, cli.data_dir, cli.config.as_deref()),
+            (None, Some(f)) => snapshot_command(false, f, cli.data_dir, cli.config.as_deref()),
+            _ => {
+                eprintln!("error: a command is required (engine --help lists them)");
+                2
+            }
+        };
+        std::process::exit(code);
+    };
+    if cli.export.is_some()
+        || cli.restore.is_some()
+        || cli.data_dir.is_some()
+        || cli.config.is_some()
+    {
+        eprintln!("error: --export, --restore and their --data-dir / --config go without a command (or use `engine export` / `engine restore`)");
+        std::process::exit(2);
+    }
+    match command {
+        Command::Export(a) => std::process::exit(snapshot_command(
+            true,
+            &a.file,
+            a.data_dir,
+            a.config.as_deref(),
+        )),
+        Command::Restore(a) => std::process::exit(snapshot_command(
+            false,
+            &a.file,
+            a.data_dir,
+            a.config.as_deref(),
+        )),
         Command::Version => {
             println!(
                 "engine {} (protocol version {}, storage format version {})",

@@ -22,6 +22,7 @@ pub mod kv;
 pub mod memo;
 pub mod records;
 pub mod relationships;
+pub mod snapshot;
 pub mod wal;
 
 use crate::error::{Error, Result};
@@ -940,6 +941,44 @@ impl Store {
             Ok(true)
         })?;
         Ok(out)
+    }
+
+    /// The tenancy mode the store was created in.
+    pub fn mode(&self) -> TenancyMode {
+        self.mode
+    }
+
+    /// Every named tenant with its id, by name (empty for a single-tenant store).
+    pub fn named_tenants(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = self
+            .tenants
+            .read()
+            .map(|t| t.iter().map(|(n, id)| (n.clone(), *id)).collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
+    /// The tenancy mode of the store in `dir`, or None when there is no store there. Opens
+    /// the store file only to read it (a server running on `dir` makes this fail).
+    pub fn stored_mode(dir: &Path) -> Result<Option<TenancyMode>> {
+        let path = dir.join("engine.redb");
+        if !path.exists() {
+            return Ok(None);
+        }
+        // Refuses a directory a server (or another command) holds, naming that.
+        let _lock = lock_data_dir(dir)?;
+        let db = redb::Database::builder()
+            .open(&path)
+            .map_err(|e| startup(format!("cannot open store {}: {e}", path.display())))?;
+        let r = db.begin_read()?;
+        let t = r.open_table(KV)?;
+        let mode = t.get(Key::system(keys::SYS_MODE).bytes())?;
+        match mode.map(|v| v.value().to_vec()) {
+            Some(v) if codec::decode_u64(&v)? == 0 => Ok(Some(TenancyMode::Single)),
+            Some(_) => Ok(Some(TenancyMode::Multi)),
+            None => Err(startup("store has no tenancy mode")),
+        }
     }
 
     /// Every tenant id in use (for store-wide figures such as metrics).

@@ -188,6 +188,9 @@ pub fn response(outcome: &Outcome) -> Value {
         } => {
             json!({"kind": "purged", "tenant": tenant, "records": records, "relationships": relationships})
         }
+        Outcome::Backup { content } => {
+            json!({"kind": "backup", "format": crate::store::snapshot::FORMAT, "content": content})
+        }
         Outcome::Csv { content, count } => {
             json!({"kind": "csv", "content": content, "count": count})
         }

@@ -165,6 +165,14 @@ pub enum WriteOp {
         id: Uuid,
         version: u64,
     },
+    /// Gives a property (name, type) the id it had in a snapshot (`engine restore`), before
+    /// any record holds it. Refused when the name and type, or the id, already stand for
+    /// another property.
+    DeclareProperty {
+        id: Uuid,
+        name: String,
+        ty: PropType,
+    },
     /// Stores an inline vector with a record (replacing one of the same property name).
     SetVector {
         id: Uuid,
@@ -625,6 +633,30 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 Err(Error::conflict(format!(
                     "{which} were changed by another commit after this transaction read or wrote them"
                 )))
+            }
+            WriteOp::DeclareProperty { id, name, ty } => {
+                let by_name = self.key(keys::PROP_BY_NAME).str(&name).u8(ty as u8).0;
+                let by_id = self.key(keys::PROP_BY_ID).uuid(&id).0;
+                let named = self
+                    .ov
+                    .get(&by_name)?
+                    .map(|v| codec::decode_uuid(&v))
+                    .transpose()?;
+                match (named, self.ov.get(&by_id)?) {
+                    (Some(have), _) if have == id => {}
+                    (None, None) => {
+                        self.ov.put(by_name, codec::encode_uuid(&id));
+                        self.ov.put(by_id, codec::encode_prop_meta(&name, ty));
+                        self.prop_ids.insert((name, ty), id);
+                    }
+                    _ => {
+                        return Err(Error::conflict(format!(
+                            "property {name} ({}) or id {id} already stands for another property",
+                            ty.name()
+                        )))
+                    }
+                }
+                Ok(WriteOutcome::Affected(1))
             }
             WriteOp::SetVector {
                 id,

@@ -37,6 +37,86 @@ const INLINE_READS: u32 = 256;
 /// Largest number of records one bulk delete removes in a single write batch.
 const DELETE_CHUNK: usize = 50_000;
 
+/// Sample values kept per (property, label) by `describe schema`.
+const SCHEMA_SAMPLES: usize = 5;
+
+/// `describe schema`'s figures of one (property, label): records, is-array, sample values,
+/// min and max (numbers and datetimes).
+type SchemaEntry = (
+    u64,
+    bool,
+    Vec<crate::model::Scalar>,
+    Option<crate::model::Scalar>,
+    Option<crate::model::Scalar>,
+);
+
+fn merge_sample(e: &mut SchemaEntry, ty: PropType, items: &[crate::model::Scalar]) {
+    let cmp =
+        |a: &crate::model::Scalar, b: &crate::model::Scalar| query::order::elem_cmp(ty, a, ty, b);
+    for x in items {
+        if e.2.len() < SCHEMA_SAMPLES && !e.2.contains(x) {
+            e.2.push(x.clone());
+        }
+        if matches!(ty, PropType::Number | PropType::Datetime) {
+            if e.3.as_ref().is_none_or(|m| cmp(x, m).is_lt()) {
+                e.3 = Some(x.clone());
+            }
+            if e.4.as_ref().is_none_or(|m| cmp(x, m).is_gt()) {
+                e.4 = Some(x.clone());
+            }
+        }
+    }
+}
+
+type SchemaRows = BTreeMap<(String, PropType, String), SchemaEntry>;
+
+/// `describe schema` without a predicate: label counts from the counters; per (property,
+/// label) the count from its counter and samples, min and max from the ends of its value
+/// index. Sampled records are decoded once and kept for the other properties (the same few
+/// records end the indexes of many properties: a record with thousands of properties must
+/// not be decoded once per property).
+fn schema_from_indexes<R: crate::store::kv::KvRead>(
+    snap: &R,
+    t: u64,
+    ids: &BTreeMap<(String, PropType), uuid::Uuid>,
+    scope: &[String],
+) -> Result<(BTreeMap<String, u64>, SchemaRows)> {
+    let in_scope = |l: &str| scope.is_empty() || scope.iter().any(|s| s == l);
+    let mut label_counts = BTreeMap::new();
+    for (l, c) in rstore::label_counts(snap, t)? {
+        if in_scope(&l) {
+            label_counts.insert(l, c);
+        }
+    }
+    let mut rows = SchemaRows::new();
+    const KEPT: usize = 4096;
+    let mut decoded: std::collections::HashMap<uuid::Uuid, Option<crate::model::Record>> =
+        std::collections::HashMap::new();
+    for ((name, ty), pid) in ids {
+        for (label, n, arrays) in exec::property_labels(snap, t, pid)? {
+            if !in_scope(&label) {
+                continue;
+            }
+            let (low, high) = exec::index_ends(snap, t, pid, &label, SCHEMA_SAMPLES)?;
+            let mut e: SchemaEntry = (n, arrays > 0, vec![], None, None);
+            for id in low.iter().chain(high.iter()) {
+                if !decoded.contains_key(id) {
+                    if decoded.len() >= KEPT {
+                        decoded.clear();
+                    }
+                    decoded.insert(*id, rstore::get_record(snap, t, id)?);
+                }
+                let held = decoded.get(id).and_then(Option::as_ref);
+                if let Some(v) = held.and_then(|r| r.props.get(name)).filter(|v| v.ty == *ty) {
+                    merge_sample(&mut e, *ty, &v.items);
+                }
+            }
+            rows.insert((name.clone(), *ty, label), e);
+        }
+    }
+    Ok((label_counts, rows))
+}
+
 impl Engine {
     /// A search related to a record (`relatedTo`) needs that record: not found otherwise.
     pub(super) fn require_anchor(&self, tenant: &Tenant, q: &query::Query) -> Result<()> {
@@ -503,7 +583,6 @@ impl Engine {
         tenant: &Tenant,
         doc: Option<&QueryDocument>,
     ) -> Result<Outcome> {
-        const SAMPLES: usize = 5;
         let Some(t) = self.store.tenant_id(tenant) else {
             return Ok(Outcome::Schema(
                 json!({"labels": [], "properties": [], "relationships": []}),
@@ -511,64 +590,23 @@ impl Engine {
         };
         let scope: Vec<String> = doc.and_then(|d| d.labels.clone()).unwrap_or_default();
         let in_scope = |l: &str| scope.is_empty() || scope.iter().any(|s| s == l);
-        // (property id, name, type, label) -> (count, is_array, samples, min, max)
-        type Entry = (
-            u64,
-            bool,
-            Vec<crate::model::Scalar>,
-            Option<crate::model::Scalar>,
-            Option<crate::model::Scalar>,
-        );
-        let mut rows: BTreeMap<(String, PropType, String), Entry> = BTreeMap::new();
-        let mut label_counts: BTreeMap<String, u64> = BTreeMap::new();
         let ids: BTreeMap<(String, PropType), uuid::Uuid> =
             rstore::properties(&self.store.snapshot()?, t)?
                 .into_iter()
                 .map(|p| ((p.name, p.ty), p.id))
                 .collect();
-        let merge = |e: &mut Entry, ty: PropType, items: &[crate::model::Scalar]| {
-            let cmp = |a: &crate::model::Scalar, b: &crate::model::Scalar| {
-                query::order::elem_cmp(ty, a, ty, b)
-            };
-            for x in items {
-                if e.2.len() < SAMPLES && !e.2.contains(x) {
-                    e.2.push(x.clone());
-                }
-                if matches!(ty, PropType::Number | PropType::Datetime) {
-                    if e.3.as_ref().is_none_or(|m| cmp(x, m).is_lt()) {
-                        e.3 = Some(x.clone());
-                    }
-                    if e.4.as_ref().is_none_or(|m| cmp(x, m).is_gt()) {
-                        e.4 = Some(x.clone());
-                    }
-                }
-            }
-        };
+        let mut rows: BTreeMap<(String, PropType, String), SchemaEntry> = BTreeMap::new();
+        let label_counts: BTreeMap<String, u64>;
         match self.matching(tenant, doc)? {
             None => {
+                // Off the runtime's workers: one pass per (property, label) of the tenant.
                 let snap = self.store.snapshot()?;
-                for (l, c) in rstore::label_counts(&snap, t)? {
-                    if in_scope(&l) {
-                        label_counts.insert(l, c);
-                    }
-                }
-                for ((name, ty), pid) in &ids {
-                    for (label, n, arrays) in exec::property_labels(&snap, t, pid)? {
-                        if !in_scope(&label) {
-                            continue;
-                        }
-                        let (low, high) = exec::index_ends(&snap, t, pid, &label, SAMPLES)?;
-                        let mut e: Entry = (n, arrays > 0, vec![], None, None);
-                        for id in low.iter().chain(high.iter()) {
-                            if let Some(r) = rstore::get_record(&snap, t, id)? {
-                                if let Some(v) = r.props.get(name).filter(|v| v.ty == *ty) {
-                                    merge(&mut e, *ty, &v.items);
-                                }
-                            }
-                        }
-                        rows.insert((name.clone(), *ty, label), e);
-                    }
-                }
+                let (ids2, scope2) = (ids.clone(), scope.clone());
+                (label_counts, rows) = tokio::task::spawn_blocking(move || {
+                    schema_from_indexes(&snap, t, &ids2, &scope2)
+                })
+                .await
+                .map_err(|e| Error::internal(format!("schema task failed: {e}")))??;
             }
             Some((labels, filter)) => {
                 type Acc = (BTreeMap<String, u64>, Vec<crate::model::Record>);
@@ -593,7 +631,7 @@ impl Engine {
                             .or_default();
                         e.0 += 1;
                         e.1 |= v.array;
-                        merge(e, v.ty, &v.items);
+                        merge_sample(e, v.ty, &v.items);
                     }
                 }
             }

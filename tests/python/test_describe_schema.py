@@ -71,3 +71,27 @@ def test_index_listings_are_empty_and_the_sdk_schema_works(engine):
     [item] = [i for i in items if i.get("label") == label or i.get("name") == label]
     assert "n" in str(item), item
     assert label in str(db.ai.get_schema_markdown().data)
+
+
+def test_schema_of_records_with_many_properties(engine):
+    """The same few records end the value indexes of every property here: each property's
+    samples, min and max still come from its own values (the schema reads each sampled record
+    once, off the request threads, and answers while other requests are served)."""
+    api = engine.client()
+    label = unique("WIDE")
+    width = 1500
+    for k in range(3):
+        r = api.post("/api/v1/records", {"label": label, "data": {f"p{i}": i * 10 + k for i in range(width)}})
+        assert r.status_code == 201, r.text
+    api.create(label, {"p7": "seven"})  # the same name with another type
+    s = schema(api, {"labels": [label]})
+    assert s["labels"] == [{"name": label, "recordsCount": 4}]
+    numbers = {p["name"]: p for p in s["properties"] if p["type"] == "number"}
+    assert len(numbers) == width
+    for i in (0, 7, 777, width - 1):
+        p = numbers[f"p{i}"]
+        assert (p["recordsCount"], p["min"], p["max"]) == (3, i * 10, i * 10 + 2)
+        assert sorted(p["sampleValues"]) == [i * 10, i * 10 + 1, i * 10 + 2]
+    text = [p for p in s["properties"] if p["name"] == "p7" and p["type"] == "string"]
+    assert len(text) == 1 and text[0]["sampleValues"] == ["seven"] and "min" not in text[0]
+    assert api.get("/health").status_code == 200

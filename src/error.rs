@@ -71,11 +71,35 @@ pub struct Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The longest error message answered, in bytes. Messages quote the input they refuse
+/// (a value of the wrong type, an unknown name); a quote of a large input is cut in the middle
+/// so the message still says what was expected, and an error answer stays small.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+fn bounded(mut m: String) -> String {
+    if m.len() <= MAX_MESSAGE_BYTES {
+        return m;
+    }
+    const TAIL: usize = 512;
+    let mut head = MAX_MESSAGE_BYTES - TAIL - 64;
+    while !m.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = m.len() - TAIL;
+    while !m.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let cut = tail - head;
+    let end = m.split_off(tail);
+    m.truncate(head);
+    format!("{m} ...[{cut} bytes left out]... {end}")
+}
+
 impl Error {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Error {
             code,
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -125,3 +149,20 @@ internal_from!(
     redb::CursorError,
     std::io::Error
 );
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_messages_are_cut_in_the_middle() {
+        let m = format!(
+            "body.labels: invalid type: string \"{}\", expected a sequence",
+            "é".repeat(20_000)
+        );
+        let e = super::Error::invalid(m);
+        assert!(e.message.len() <= super::MAX_MESSAGE_BYTES);
+        assert!(e.message.starts_with("body.labels: invalid type: string"));
+        assert!(e.message.ends_with("expected a sequence"));
+        assert!(e.message.contains("bytes left out"));
+        assert_eq!(super::Error::invalid("short").message, "short");
+    }
+}

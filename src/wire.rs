@@ -33,6 +33,31 @@ pub fn header_text<'a>(name: &str, value: &'a [u8]) -> Result<&'a str> {
         .map_err(|_| Error::invalid(format!("{name}: the header's value is not valid UTF-8")))
 }
 
+/// The one value a request gives for something it may name only once (a credential, a
+/// tenant, a transaction), from every value it sent under `names`: None when it sent none; a
+/// 400 naming the headers when it sent different ones (the server would otherwise pick one,
+/// and a proxy in front of it might have picked another).
+pub fn one_value(names: &str, values: Vec<String>) -> Result<Option<String>> {
+    let mut it = values.into_iter();
+    let Some(first) = it.next() else {
+        return Ok(None);
+    };
+    if it.any(|v| v != first) {
+        return Err(Error::invalid(format!(
+            "{names}: the request carries different values; send one"
+        )));
+    }
+    Ok(Some(first))
+}
+
+/// A `Bearer` token from an authorization value, the scheme in any case.
+pub fn bearer_token(value: &str) -> Option<String> {
+    let (scheme, t) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| t.trim().to_string())
+}
+
 /// The error of a request that ran past its time budget (`limits.request_timeout_ms`), the
 /// same on every front-end.
 pub fn over_budget(budget: std::time::Duration) -> Error {

@@ -157,7 +157,7 @@ impl Engine {
                     &out.records,
                     render::flat_record,
                     &|_, _| vec![],
-                );
+                )?;
                 return Ok(Outcome::Rows {
                     rows,
                     total: out.total,
@@ -179,7 +179,7 @@ impl Engine {
                         &out.records,
                         render::flat_record,
                         &bind,
-                    );
+                    )?;
                     walker.finish()?;
                     Ok((rows, out.total))
                 })
@@ -202,7 +202,7 @@ impl Engine {
                     Ok(())
                 })?;
                 records.sort_by_key(|r| std::cmp::Reverse(r.id));
-                let out = query::aggregate::per_record(&agg, &records, render::flat_record, &bind);
+                let out = query::aggregate::per_record(&agg, &records, render::flat_record, &bind)?;
                 walker.finish()?;
                 return Ok(out);
             }
@@ -239,7 +239,7 @@ impl Engine {
                     )?;
                 }
                 walker.finish()?;
-                return Ok(groups.finish());
+                return groups.finish();
             }
             let fields = query::aggregate::fields(&agg);
             let fields: Option<Vec<&str>> = fields
@@ -258,7 +258,7 @@ impl Engine {
                 },
             )?;
             walker.finish()?;
-            Ok(g.finish())
+            g.finish()
         })
         .await
         .map_err(|e| Error::internal(format!("aggregation task failed: {e}")))??;

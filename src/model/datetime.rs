@@ -61,12 +61,18 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// An instant in whole seconds as `YYYY-MM-DDTHH:MM:SSZ`.
+/// An instant in whole seconds as `YYYY-MM-DDTHH:MM:SSZ`. Years outside 0000..9999 take
+/// ISO 8601's expanded form: a sign and at least four digits (`-0001`, `+10000`).
 pub fn iso(secs: i64) -> String {
     let (y, m, d) = civil_from_days(secs.div_euclid(86400));
     let s = secs.rem_euclid(86400);
+    let year = match y {
+        0..=9999 => format!("{y:04}"),
+        y if y < 0 => format!("-{:04}", -(y as i128)),
+        y => format!("+{y:04}"),
+    };
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        "{year}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         s / 3600,
         s / 60 % 60,
         s % 60
@@ -151,6 +157,17 @@ pub fn parse(s: &str) -> Option<Instant> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn iso_years_outside_four_digits_are_expanded() {
+        assert_eq!(super::iso(0), "1970-01-01T00:00:00Z");
+        // 0000-01-01T00:00:00+01:00 is 1 hour before year 0
+        let y0 = super::parse("0000-01-01T00:00:00Z").unwrap().secs;
+        assert_eq!(super::iso(y0), "0000-01-01T00:00:00Z");
+        assert_eq!(super::iso(y0 - 3600), "-0001-12-31T23:00:00Z");
+        let y9999 = super::parse("9999-12-31T23:59:59Z").unwrap().secs;
+        assert_eq!(super::iso(y9999 + 1), "+10000-01-01T00:00:00Z");
+    }
+
     use super::*;
 
     #[test]

@@ -600,6 +600,8 @@ struct Acc {
     count: u64,
     int_sum: i128,
     float_sum: ExactSum,
+    /// The float values times 2^-64: their mean when `float_sum` overflows.
+    scaled_sum: ExactSum,
     any_float: bool,
     n: u64,
     best: Option<(PropType, Scalar)>,
@@ -643,6 +645,7 @@ impl Acc {
                     ScalarRef::Int(i) => self.int_sum += i as i128,
                     ScalarRef::Float(f) => {
                         self.float_sum.add(f);
+                        self.scaled_sum.add(f / 18_446_744_073_709_551_616.0);
                         self.any_float = true;
                     }
                     _ => {}
@@ -678,6 +681,7 @@ impl Acc {
         self.count += other.count;
         self.int_sum += other.int_sum;
         self.float_sum.merge(&other.float_sum);
+        self.scaled_sum.merge(&other.scaled_sum);
         self.any_float |= other.any_float;
         self.n += other.n;
         if let Some((ty, e)) = other.best {
@@ -685,12 +689,21 @@ impl Acc {
         }
     }
 
-    fn value(&self, def: &AggDef) -> Value {
-        match &def.func {
+    /// The aggregate's answer. A float sum beyond the 64-bit float range has no JSON number:
+    /// it is refused naming the output (an average of the same values is still answered).
+    fn value(&self, def: &AggDef) -> Result<Value> {
+        Ok(match &def.func {
             AggFn::Count => json!(self.count),
             AggFn::Sum => {
                 if self.any_float {
-                    json!(self.float_sum.plus_int(self.int_sum))
+                    let s = self.float_sum.plus_int(self.int_sum);
+                    if !s.is_finite() {
+                        return Err(Error::invalid(format!(
+                            "aggregate {}: the sum is beyond the 64-bit float range (about ±1.8e308)",
+                            def.name
+                        )));
+                    }
+                    json!(s)
                 } else if let Ok(i) = i64::try_from(self.int_sum) {
                     json!(i)
                 } else {
@@ -699,15 +712,24 @@ impl Acc {
             }
             AggFn::Avg { precision } => {
                 if self.n == 0 {
-                    return Value::Null;
+                    return Ok(Value::Null);
                 }
-                let avg = self.float_sum.plus_int(self.int_sum) / self.n as f64;
+                let mut avg = self.float_sum.plus_int(self.int_sum) / self.n as f64;
+                if !avg.is_finite() {
+                    // The sum left the float range; the mean of the same values scaled down
+                    // by 2^-64 (exact for such magnitudes) does not.
+                    const DOWN: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+                    avg = (self.scaled_sum.plus_int(0) + self.int_sum as f64 * DOWN)
+                        / self.n as f64
+                        / DOWN;
+                }
                 let avg = match precision {
-                    Some(p) => {
+                    // A value too large to scale is already whole at that precision.
+                    Some(p) if (avg * 10f64.powi(*p as i32)).is_finite() => {
                         let m = 10f64.powi(*p as i32);
                         (avg * m).round() / m
                     }
-                    None => avg,
+                    _ => avg,
                 };
                 serde_json::Number::from_f64(avg)
                     .map(Value::Number)
@@ -757,10 +779,10 @@ impl Acc {
                         .filter(|(id, _, _)| !*unique || seen.insert(*id))
                         .skip(*skip)
                         .map(|(_, v, _)| v.clone());
-                    return Value::Array(match limit {
+                    return Ok(Value::Array(match limit {
                         Some(l) => it.take(*l).collect(),
                         None => it.collect(),
-                    });
+                    }));
                 }
                 let mut items = self.items.clone();
                 if let Some(d) = desc {
@@ -792,7 +814,7 @@ impl Acc {
                 })
             }
             AggFn::TimeBucket { .. } => Value::Null,
-        }
+        })
     }
 }
 
@@ -960,7 +982,7 @@ pub fn per_record(
     records: &[Record],
     record_json: impl Fn(&Record) -> Value,
     bind: &Bind<'_>,
-) -> (Vec<Value>, u64) {
+) -> Result<(Vec<Value>, u64)> {
     let mut rows = Vec::with_capacity(records.len());
     for r in records {
         let Value::Object(mut row) = record_json(r) else {
@@ -979,14 +1001,14 @@ pub fn per_record(
                 _ => {
                     let mut acc = Acc::default();
                     feed(&mut acc, d, r, &mut bound);
-                    acc.value(d)
+                    acc.value(d)?
                 }
             };
             row.insert(d.name.clone(), v);
         }
         rows.push(row);
     }
-    page(agg, rows)
+    Ok(page(agg, rows))
 }
 
 /// Grouped aggregation, fed one record at a time (records are not kept).
@@ -1068,7 +1090,7 @@ impl<'a> Grouper<'a> {
         }
     }
 
-    pub fn finish(self) -> (Vec<Value>, u64) {
+    pub fn finish(self) -> Result<(Vec<Value>, u64)> {
         rows_of(self.agg, self.groups.into_values())
     }
 }
@@ -1078,7 +1100,7 @@ impl<'a> Grouper<'a> {
 fn rows_of(
     agg: &Aggregation,
     groups: impl Iterator<Item = (Vec<Value>, Vec<Acc>)>,
-) -> (Vec<Value>, u64) {
+) -> Result<(Vec<Value>, u64)> {
     let mut rows = Vec::new();
     for (dims, accs) in groups {
         let mut row = Map::new();
@@ -1087,7 +1109,7 @@ fn rows_of(
         }
         for (acc, d) in accs.iter().zip(&agg.defs) {
             if !matches!(d.func, AggFn::TimeBucket { .. }) {
-                row.insert(d.name.clone(), acc.value(d));
+                row.insert(d.name.clone(), acc.value(d)?);
             }
         }
         rows.push(row);
@@ -1096,7 +1118,7 @@ fn rows_of(
         let dims: Vec<(String, bool)> = agg.dims.iter().map(|(n, _)| (n.clone(), false)).collect();
         sort_rows(&mut rows, &dims);
     }
-    page(agg, rows)
+    Ok(page(agg, rows))
 }
 
 /// A property value as the aggregation reads it: decoded (`&PropValue`), or still in the
@@ -1389,7 +1411,7 @@ impl<'a> ScalarGroups<'a> {
         }
     }
 
-    pub fn finish(self) -> (Vec<Value>, u64) {
+    pub fn finish(self) -> Result<(Vec<Value>, u64)> {
         rows_of(
             self.agg,
             self.groups.into_iter().map(|(_, dims, accs)| (dims, accs)),

@@ -82,12 +82,19 @@ impl GrpcEngine {
     /// The call's credential and tenant header, the credential checked (and bound to the
     /// tenant header on a multitenant engine).
     fn caller(&self, md: &MetadataMap) -> Result<(Option<String>, Option<String>), Error> {
-        let credential = bearer(md);
-        let tenant = md
-            .get("x-service-tenant")
-            .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()))
-            .transpose()?
-            .map(str::to_string);
+        let credential = crate::wire::one_value(
+            "authorization",
+            md.get_all("authorization")
+                .iter()
+                .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
+                .collect(),
+        )?;
+        let tenants = md
+            .get_all("x-service-tenant")
+            .iter()
+            .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()).map(str::to_string))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let tenant = crate::wire::one_value("x-service-tenant", tenants)?;
         self.engine
             .authenticate_for(credential.as_deref(), tenant.as_deref())?;
         Ok((credential, tenant))
@@ -169,15 +176,6 @@ fn undecodable_is_invalid(
         Some(e) => status(&e).into_http(),
         None => resp,
     }
-}
-
-/// `authorization: Bearer <token>`, the scheme in any case (as over HTTP).
-fn bearer(md: &MetadataMap) -> Option<String> {
-    let v = md.get("authorization")?.to_str().ok()?;
-    let (scheme, t) = v.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| t.trim().to_string())
 }
 
 type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::RecordBatch, Status>> + Send>>;

@@ -81,17 +81,22 @@ fn header<'a>(h: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
         .find_map(|n| h.get(*n).and_then(|v| v.to_str().ok()))
 }
 
-/// The credential as sent: `Authorization: Bearer`, `X-Service-Token` or `token`.
-fn credential(h: &HeaderMap) -> Option<String> {
-    if let Some(auth) = header(h, &["authorization"]) {
-        let mut parts = auth.splitn(2, ' ');
-        if let (Some(scheme), Some(token)) = (parts.next(), parts.next()) {
-            if scheme.eq_ignore_ascii_case("bearer") {
-                return Some(token.trim().to_string());
-            }
-        }
+/// The credential as sent: `Authorization: Bearer`, `X-Service-Token` or `token`, any of
+/// them any number of times, as long as every value is the same token.
+fn credential(h: &HeaderMap) -> Result<Option<String>> {
+    let mut all: Vec<String> = h
+        .get_all("authorization")
+        .iter()
+        .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
+        .collect();
+    for n in ["x-service-token", "token"] {
+        all.extend(
+            h.get_all(n)
+                .iter()
+                .filter_map(|v| v.to_str().ok().map(str::to_string)),
+        );
     }
-    header(h, &["x-service-token", "token"]).map(str::to_string)
+    crate::wire::one_value("Authorization, X-Service-Token and token", all)
 }
 
 /// Parts of a request that travel into the envelope.
@@ -99,28 +104,53 @@ pub struct RequestMeta {
     credential: Option<String>,
     tenant: Option<String>,
     transaction: Option<String>,
-    /// A tenant or transaction header whose value is not UTF-8: the request is refused
-    /// (`readable`) once its credential is checked.
+    /// A tenant or transaction header whose value is not UTF-8, or a credential, tenant or
+    /// transaction sent with different values: the request is refused (`readable`) once its
+    /// credential is checked.
     unreadable: Option<Error>,
 }
 
 impl RequestMeta {
     fn from_headers(h: &HeaderMap) -> Self {
         let mut unreadable = None;
-        let mut text = |names: &[&str]| {
-            let (name, v) = names.iter().find_map(|n| h.get(*n).map(|v| (*n, v)))?;
-            match crate::wire::header_text(name, v.as_bytes()) {
-                Ok(s) => Some(s.to_string()),
-                Err(e) => {
-                    unreadable.get_or_insert(e);
-                    None
+        let mut text = |names: &[&str], label: &str| {
+            let mut values = Vec::new();
+            for n in names {
+                for v in h.get_all(*n) {
+                    match crate::wire::header_text(n, v.as_bytes()) {
+                        Ok(s) => values.push(s.to_string()),
+                        Err(e) => {
+                            unreadable.get_or_insert(e);
+                            return None;
+                        }
+                    }
                 }
             }
+            crate::wire::one_value(label, values)
+                .map_err(|e| unreadable.get_or_insert(e).clone())
+                .ok()
+                .flatten()
         };
-        let tenant = text(&["x-service-tenant", "x-rushdb-tenant"]);
-        let transaction = text(&["x-transaction-id"]);
+        let tenant = text(
+            &["x-service-tenant", "x-rushdb-tenant"],
+            "X-Service-Tenant and X-RushDB-Tenant",
+        );
+        let transaction = text(&["x-transaction-id"], "X-Transaction-Id");
+        let credential = match credential(h) {
+            Ok(c) => c,
+            Err(e) => {
+                // Refused once the credential is checked: the first one sent stands for it
+                // (a wrong one answers 401 as usual).
+                unreadable.get_or_insert(e);
+                let first = h
+                    .get_all("authorization")
+                    .iter()
+                    .find_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token));
+                first.or_else(|| header(h, &["x-service-token", "token"]).map(str::to_string))
+            }
+        };
         RequestMeta {
-            credential: credential(h),
+            credential,
             tenant,
             transaction,
             unreadable,

@@ -181,6 +181,35 @@ def test_avg_precision(module_api):
     assert {r["g"]: r["m"] for r in out["data"]} == {"a": 1.7, "b": 15, "c": 0.2}
 
 
+def test_sums_and_averages_at_the_ends_of_the_float_range(module_api):
+    """A sum beyond the float range has no JSON number: refused naming the output, never a
+    silent null. The average of the same values is answered, and a precision too fine for
+    a large value leaves it as it is."""
+    label = unique("HUGE")
+    seed(module_api, label, [{"g": "a", "v": 1e308}, {"g": "a", "v": 1.5e308}, {"g": "b", "v": 1e308}])
+
+    def rows(aggregate):
+        return rows_of(module_api, {"labels": [label], "groupBy": ["$record.g"], "aggregate": aggregate})
+
+    out = {r["g"]: r for r in rows({"m": {"fn": "avg", "field": "v"}, "p": {"fn": "avg", "field": "v", "precision": 15}})["data"]}
+    assert out["a"]["m"] == pytest.approx(1.25e308) and out["a"]["p"] == pytest.approx(1.25e308)
+    assert out["b"]["m"] == 1e308 and out["b"]["p"] == 1e308
+    r = module_api.post(SEARCH, {"labels": [label], "groupBy": ["$record.g"], "aggregate": {"total": {"fn": "sum", "field": "v"}}})
+    assert_rest_error(r, 400, "invalid_argument", message_contains=["total", "float range"])
+    # within the range a large sum is answered
+    out = rows_of(module_api, {"labels": [label], "where": {"g": "b"}, "groupBy": ["$record.g"],
+                               "aggregate": {"total": {"fn": "sum", "field": "v"}}})
+    assert out["data"][0]["total"] == 1e308
+
+
+def test_time_buckets_outside_four_digit_years_are_iso_8601(module_api):
+    label = unique("FAR")
+    seed(module_api, label, [{"d": "0000-01-01T00:00:00+01:00"}, {"d": "9999-12-31T23:59:59-23:00"}])
+    out = rows_of(module_api, {"labels": [label], "groupBy": ["$record.t"],
+                               "aggregate": {"t": {"fn": "timeBucket", "field": "d", "granularity": "day"}, "n": {"fn": "count"}}})
+    assert {r["t"] for r in out["data"]} == {"-0001-12-31T00:00:00Z", "+10000-01-01T00:00:00Z"}
+
+
 def test_min_max_datetimes_by_instant(module_api):
     label = unique("EVT")
     seed(module_api, label, [{"g": "a", "at": "2024-01-01T03:00:00Z"},

@@ -518,3 +518,47 @@ def test_an_array_given_for_an_object_is_refused(api, seeded):
     # Arrays where arrays belong still decode.
     r = api.post("/api/v1/records/search", {"labels": [SEED_LABEL], "where": {"i": {"$in": [1, 2]}}})
     assert r.status_code == 200 and len(r.json()["data"]) == 2, r.text
+
+
+def _raw(api, lines):
+    """A request with the headers exactly as given (requests folds repeated ones)."""
+    import socket
+    host, port = api.engine.url.split("//")[1].split(":")
+    req = ("\r\n".join(["POST /api/v1/records/search HTTP/1.1", f"Host: {host}", "Content-Type: application/json",
+                        "Content-Length: 2", "Connection: close", *lines]) + "\r\n\r\n{}").encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(req)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body
+
+
+@pytest.mark.parametrize("lines,needle", [
+    ([f"Authorization: Bearer {DEV_TOKEN}", "Authorization: Bearer nope"], "Authorization"),
+    ([f"Authorization: Bearer {DEV_TOKEN}", "X-Service-Token: nope"], "X-Service-Token"),
+    ([f"X-Service-Token: {DEV_TOKEN}", f"token: {DEV_TOKEN}x"], "token"),
+    ([f"Authorization: Bearer {DEV_TOKEN}", "X-Transaction-Id: 0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f",
+      "X-Transaction-Id: 0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e60"], "X-Transaction-Id"),
+])
+def test_conflicting_headers_are_refused(api, lines, needle):
+    """A credential or transaction sent twice with different values is a 400 naming the
+    headers, whichever value comes first; the same value twice is fine."""
+    status, body = _raw(api, lines)
+    assert status == 400, body
+    err = json.loads(body)
+    assert err["code"] == "invalid_argument" and needle in err["message"]
+    status, body = _raw(api, [f"Authorization: Bearer {DEV_TOKEN}", f"X-Service-Token: {DEV_TOKEN}"])
+    assert status == 200, body
+    # a wrong first credential is still a 401
+    status, _ = _raw(api, ["Authorization: Bearer nope", f"Authorization: Bearer {DEV_TOKEN}"])
+    assert status == 401
+
+
+def test_long_input_is_not_echoed_whole(api):
+    r = api.post("/api/v1/records/search", {"labels": "x" * 200_000})
+    err = assert_rest_error(r, 400, "invalid_argument", message_contains=["labels", "bytes left out"])
+    assert len(err["message"]) <= 4096 and len(r.content) < 6000
+    r = api.post("/protocol/v1/execute", {"protocolVersion": "9" * 100_000, "operation": {}})
+    assert r.status_code == 400 and len(r.content) < 6000

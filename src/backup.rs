@@ -4,9 +4,9 @@
 //! restore" tells the steps.
 //!
 //! Invariants: an export writes FILE only once it is whole (it writes `FILE.partial`, syncs
-//! it and renames it); a restore writes only into a data directory it creates, and removes
-//! that directory again when the snapshot cannot be restored whole, so a directory it leaves
-//! behind is a complete restore.
+//! it and renames it); a restore builds the store in `DIR.restoring` and renames it to DIR
+//! only once every line is restored and durable, so a DIR a restore made is complete, even
+//! when the restore was killed.
 
 use crate::config::FileConfig;
 use crate::store::snapshot::{self, Counts, Item};
@@ -121,12 +121,27 @@ fn export_open(store: &Store, file: &Path) -> Result<Counts, String> {
 const BATCH: usize = 2000;
 
 /// Restores `file` (`-`: standard input) into `dir`, which must not exist or be empty.
+/// The store is built in `DIR.restoring` beside it and renamed to `dir` once whole, so an
+/// interrupted restore (even kill -9) never leaves a partial store under `dir`; the next
+/// restore removes such a leftover.
 pub fn restore(dir: &Path, opts: StoreOptions, file: &Path) -> Result<String, String> {
     if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
         return Err(format!(
             "{} is not empty: restore writes into a new data directory",
             dir.display()
         ));
+    }
+    let name = dir
+        .file_name()
+        .ok_or_else(|| format!("{} names no directory", dir.display()))?;
+    let staging = dir.with_file_name(format!("{}.restoring", name.to_string_lossy()));
+    if staging.exists() {
+        crate::log::warn(&format!(
+            "removing {}, left by an interrupted restore",
+            staging.display()
+        ));
+        std::fs::remove_dir_all(&staging)
+            .map_err(|e| format!("cannot remove {}: {e}", staging.display()))?;
     }
     let input: Box<dyn BufRead> = if file.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
@@ -147,41 +162,45 @@ pub fn restore(dir: &Path, opts: StoreOptions, file: &Path) -> Result<String, St
     } else {
         TenancyMode::Single
     };
-    let created = !dir.exists();
-    let store = Store::open_with(dir, mode, opts).map_err(|e| e.message)?;
+    let store = Store::open_with(&staging, mode, opts).map_err(|e| e.message)?;
     let result = restore_lines(&store, multi, &mut lines);
     store.shutdown();
-    match result {
+    drop(store);
+    let placed = result.and_then(|c| {
+        // rename(2) replaces an empty directory; the parent's entry is then made durable.
+        std::fs::rename(&staging, dir)
+            .and_then(
+                |_| match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    Some(p) => std::fs::File::open(p).and_then(|d| d.sync_all()),
+                    None => std::fs::File::open(".").and_then(|d| d.sync_all()),
+                },
+            )
+            .map_err(|e| {
+                format!(
+                    "cannot move {} to {}: {e}",
+                    staging.display(),
+                    dir.display()
+                )
+            })?;
+        Ok(c)
+    });
+    match placed {
         Ok(c) => Ok(format!(
             "restored {} from {} into {}",
             summary(&c),
             file.display(),
             dir.display()
         )),
-        Err(e) => {
-            // Nothing half-restored is left behind (the directory was new or empty).
-            let cleaned = if created {
-                std::fs::remove_dir_all(dir)
-            } else {
-                std::fs::read_dir(dir).and_then(|d| {
-                    d.flatten().try_for_each(|e| {
-                        let p = e.path();
-                        if p.is_dir() {
-                            std::fs::remove_dir_all(p)
-                        } else {
-                            std::fs::remove_file(p)
-                        }
-                    })
-                })
-            };
-            Err(match cleaned {
-                Ok(()) => format!("{e}; nothing was restored"),
-                Err(c) => format!(
-                    "{e}; the partial restore in {} could not be removed ({c}): delete it",
-                    dir.display()
-                ),
-            })
-        }
+        Err(e) => Err(match std::fs::remove_dir_all(&staging) {
+            Ok(()) => format!("{e}; nothing was restored"),
+            Err(c) if c.kind() == std::io::ErrorKind::NotFound => {
+                format!("{e}; nothing was restored")
+            }
+            Err(c) => format!(
+                "{e}; the partial restore in {} could not be removed ({c}): delete it",
+                staging.display()
+            ),
+        }),
     }
 }
 

@@ -862,8 +862,47 @@ pub fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> crate::er
             what,
             &join_path(if path == "." { "" } else { &path }, inner_path),
         );
-        crate::error::Error::invalid(format!("{full}: {msg}"))
+        crate::error::Error::invalid(format!("{full}: {}", plain_expectation(msg)))
     })
+}
+
+/// serde's expectations in words a client knows: `expected struct QueryDocument` says "an
+/// object", `expected i64` "an integer" (Rust type names mean nothing over the wire).
+fn plain_expectation(msg: &str) -> String {
+    let Some(at) = msg.rfind("expected ") else {
+        return untagged(msg);
+    };
+    let (head, want) = msg.split_at(at + "expected ".len());
+    let word = want.split([' ', ',']).next().unwrap_or("");
+    let plain = match word {
+        "struct" | "map" => Some("an object"),
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => Some("an integer"),
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => Some("a non-negative integer"),
+        "f32" | "f64" => Some("a number"),
+        _ => None,
+    };
+    match plain {
+        // `struct Name` is two words; an integer kind one.
+        Some(p) if word == "struct" => {
+            let rest = want["struct ".len().min(want.len())..]
+                .split_once([' ', ','])
+                .map(|(_, r)| r)
+                .unwrap_or("");
+            format!("{head}{p}{}{rest}", if rest.is_empty() { "" } else { " " })
+        }
+        Some(p) => format!("{head}{p}{}", &want[word.len()..]),
+        None => untagged(msg),
+    }
+}
+
+fn untagged(msg: &str) -> String {
+    if msg.contains("untagged enum OneOrMany") {
+        "expected a string or an array of strings".into()
+    } else if msg.contains("data did not match any variant of untagged enum") {
+        "not one of the accepted forms (see the field's documentation)".into()
+    } else {
+        msg.to_string()
+    }
 }
 
 /// A whole number of milliseconds: a non-negative integer, or a float without a fraction
@@ -897,6 +936,34 @@ fn de_whole_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn serde_expectations_in_plain_words() {
+        assert_eq!(
+            super::plain_expectation("invalid type: string \"x\", expected struct QueryDocument"),
+            "invalid type: string \"x\", expected an object"
+        );
+        assert_eq!(
+            super::plain_expectation("invalid type: string \"ten\", expected i64"),
+            "invalid type: string \"ten\", expected an integer"
+        );
+        assert_eq!(
+            super::plain_expectation("invalid value: integer `-1`, expected u32"),
+            "invalid value: integer `-1`, expected a non-negative integer"
+        );
+        assert_eq!(
+            super::plain_expectation("data did not match any variant of untagged enum OneOrMany"),
+            "expected a string or an array of strings"
+        );
+        assert_eq!(
+            super::plain_expectation("missing field `kind`"),
+            "missing field `kind`"
+        );
+        assert_eq!(
+            super::plain_expectation("invalid type: map, expected a string"),
+            "invalid type: map, expected a string"
+        );
+    }
+
     use super::*;
     use serde_json::json;
 
@@ -952,7 +1019,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.message,
-            "body.operation.query.query.limit: invalid type: string \"ten\", expected i64"
+            "body.operation.query.query.limit: invalid type: string \"ten\", expected an integer"
         );
         let err = decode::<RequestEnvelope>(
             json!({"protocolVersion": 1, "operation": {"kind": "mutate", "mutation": {"kind": "putRecord", "mode": "upsert"}}}),

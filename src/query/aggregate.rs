@@ -418,11 +418,17 @@ pub fn parse(
             // Without groupBy the rows are the records: any of their fields orders them.
             let known = defs.iter().any(|d| d.name == name) || dims.iter().any(|(n, _)| n == name);
             if !dims.is_empty() && !known {
-                let outputs: Vec<&str> = defs
+                let mut outputs: Vec<&str> = Vec::new();
+                // A timeBucket output is a dimension too: named once.
+                for n in defs
                     .iter()
                     .map(|d| d.name.as_str())
                     .chain(dims.iter().map(|(n, _)| n.as_str()))
-                    .collect();
+                {
+                    if !outputs.contains(&n) {
+                        outputs.push(n);
+                    }
+                }
                 return Err(bad(
                     &format!("{path}.{k}"),
                     format!(

@@ -972,8 +972,7 @@ def test_protocol_unknown_record_404(module_api):
 
 @pytest.mark.parametrize("operation", [
     {"kind": "index", "index": {"kind": "create", "definition": {"label": "X", "property": "a", "kind": "text"}}},
-    {"kind": "backup", "backup": {"kind": "snapshot"}},
-], ids=["index", "backup"])
+], ids=["index"])
 def test_protocol_unimplemented_501(module_api, operation):
     before = module_api.search({"limit": 1})["total"]
     assert_protocol_error(module_api.protocol(operation), 501, "unsupported")

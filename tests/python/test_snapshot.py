@@ -182,6 +182,7 @@ def test_export_and_restore_refusals(engine_factory, tmp_path):
         for n in needles:
             assert n in p.stderr, p.stderr
         assert not d.exists(), "a failed restore leaves no directory behind"
+        assert not (tmp_path / "bad-restore.restoring").exists()
 
     body = "\n".join(lines) + "\n"
     refused("\n".join(lines[:-1]) + "\n", "without its end line")              # truncated
@@ -194,3 +195,23 @@ def test_export_and_restore_refusals(engine_factory, tmp_path):
     refused("\n".join(json.dumps(x) for x in bad_type) + "\n", "line", "properties.x", "number")
     refused(body.replace('"kind":"end","tenants":1,"records":1', '"kind":"end","tenants":1,"records":2'), "end line counts")
     refused(body + json.dumps({"kind": "tenant", "name": None}) + "\n", "after the end line")
+
+
+def test_restore_is_placed_whole_and_clears_an_interrupted_one(engine_factory, tmp_path):
+    """The store is built beside the target and moved into place at the end: a leftover of a
+    killed restore is removed by the next one, and an existing empty directory is taken."""
+    e = engine_factory.start()
+    e.client().create("A", {"x": 1})
+    e.stop()
+    snap = tmp_path / "s.jsonl"
+    assert _export(["export", str(snap), "--data-dir", str(e.data_dir)]).returncode == 0
+    target = tmp_path / "new"
+    target.mkdir()
+    leftover = tmp_path / "new.restoring"
+    leftover.mkdir()
+    (leftover / "engine.redb").write_bytes(b"half a store")
+    p = _export(["restore", str(snap), "--data-dir", str(target)])
+    assert p.returncode == 0, p.stderr
+    assert "interrupted restore" in p.stderr
+    assert not leftover.exists() and (target / "engine.redb").exists()
+    assert engine_factory.start(data_dir=target).client().labels() == {"A": 1}

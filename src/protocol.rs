@@ -938,30 +938,31 @@ fn de_whole_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
 mod tests {
     #[test]
     fn serde_expectations_in_plain_words() {
-        assert_eq!(
-            super::plain_expectation("invalid type: string \"x\", expected struct QueryDocument"),
-            "invalid type: string \"x\", expected an object"
-        );
-        assert_eq!(
-            super::plain_expectation("invalid type: string \"ten\", expected i64"),
-            "invalid type: string \"ten\", expected an integer"
-        );
-        assert_eq!(
-            super::plain_expectation("invalid value: integer `-1`, expected u32"),
-            "invalid value: integer `-1`, expected a non-negative integer"
-        );
-        assert_eq!(
-            super::plain_expectation("data did not match any variant of untagged enum OneOrMany"),
-            "expected a string or an array of strings"
-        );
-        assert_eq!(
-            super::plain_expectation("missing field `kind`"),
-            "missing field `kind`"
-        );
-        assert_eq!(
-            super::plain_expectation("invalid type: map, expected a string"),
-            "invalid type: map, expected a string"
-        );
+        for (serde, plain) in [
+            (
+                "invalid type: string \"x\", expected struct QueryDocument",
+                "invalid type: string \"x\", expected an object",
+            ),
+            (
+                "invalid type: string \"ten\", expected i64",
+                "invalid type: string \"ten\", expected an integer",
+            ),
+            (
+                "invalid value: integer `-1`, expected u32",
+                "invalid value: integer `-1`, expected a non-negative integer",
+            ),
+            (
+                "data did not match any variant of untagged enum OneOrMany",
+                "expected a string or an array of strings",
+            ),
+            ("missing field `kind`", "missing field `kind`"),
+            (
+                "invalid type: map, expected a string",
+                "invalid type: map, expected a string",
+            ),
+        ] {
+            assert_eq!(super::plain_expectation(serde), plain);
+        }
     }
 
     use super::*;

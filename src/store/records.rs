@@ -784,13 +784,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             }
         }
         let prefix = prefix.unwrap_or_else(|| self.key(keys::LABEL_INDEX).str(label).0);
-        let mut candidates = BTreeSet::new();
-        self.ov.scan_prefix(&prefix, false, &mut |k, _| {
-            let id = Uuid::from_slice(&k[k.len() - 16..])
-                .map_err(|_| Error::internal("corrupt index key"))?;
-            candidates.insert(id);
-            Ok(true)
-        })?;
+        let candidates: BTreeSet<Uuid> = self.ids_under(&prefix)?.into_iter().collect();
         let mut best: Option<Record> = None;
         for id in candidates {
             let Some(rec) = get_record(&*self.ov, self.tenant, &id)? else {
@@ -805,20 +799,32 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         Ok(best)
     }
 
+    /// The record ids of the index keys under `prefix` (label and value index keys end with
+    /// the record's id), in key order.
+    fn ids_under(&self, prefix: &[u8]) -> Result<Vec<Uuid>> {
+        let mut ids = Vec::new();
+        self.ov.scan_prefix(prefix, false, &mut |k, _| {
+            let id = k
+                .len()
+                .checked_sub(16)
+                .and_then(|at| Uuid::from_slice(&k[at..]).ok())
+                .ok_or_else(|| Error::internal("corrupt index key"))?;
+            ids.push(id);
+            Ok(true)
+        })?;
+        Ok(ids)
+    }
+
     fn delete_property(&mut self, pid: &Uuid) -> Result<u64> {
         let meta = self
             .ov
             .get(&self.key(keys::PROP_BY_ID).uuid(pid).0)?
             .ok_or_else(|| Error::not_found(format!("property {pid} not found")))?;
         let (name, ty) = codec::decode_prop_meta(&meta)?;
-        let mut holders = BTreeSet::new();
-        let prefix = self.key(keys::PROP_INDEX).uuid(pid).0;
-        self.ov.scan_prefix(&prefix, false, &mut |k, _| {
-            let id = Uuid::from_slice(&k[k.len() - 16..])
-                .map_err(|_| Error::internal("corrupt index key"))?;
-            holders.insert(id);
-            Ok(true)
-        })?;
+        let mut holders: BTreeSet<Uuid> = self
+            .ids_under(&self.key(keys::PROP_INDEX).uuid(pid).0)?
+            .into_iter()
+            .collect();
         // An empty array has no value-index entry, so the index misses its holders; the
         // per-label counters do not. A label whose counter is above the holders the index
         // found there is scanned for the rest.
@@ -843,15 +849,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             Ok(true)
         })?;
         for label in short {
-            let mut ids = Vec::new();
-            let prefix = self.key(keys::LABEL_INDEX).str(&label).0;
-            self.ov.scan_prefix(&prefix, false, &mut |k, _| {
-                let id = Uuid::from_slice(&k[k.len() - 16..])
-                    .map_err(|_| Error::internal("corrupt label index key"))?;
-                ids.push(id);
-                Ok(true)
-            })?;
-            for id in ids {
+            for id in self.ids_under(&self.key(keys::LABEL_INDEX).str(&label).0)? {
                 if holders.contains(&id) {
                     continue;
                 }

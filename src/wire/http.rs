@@ -75,15 +75,10 @@ fn protocol_error(e: &Error) -> HttpResponse {
     json_response(e.code.http_status(), &render::error(e))
 }
 
-fn header<'a>(h: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
-    names
-        .iter()
-        .find_map(|n| h.get(*n).and_then(|v| v.to_str().ok()))
-}
-
-/// The credential as sent: `Authorization: Bearer`, `X-Service-Token` or `token`, any of
-/// them any number of times, as long as every value is the same token.
-fn credential(h: &HeaderMap) -> Result<Option<String>> {
+/// Every credential the request sends, in order: each `Authorization: Bearer` value, then
+/// each `X-Service-Token` and `token` value. A request may repeat its credential, but only
+/// as the same token (`RequestMeta::from_headers`).
+fn credentials(h: &HeaderMap) -> Vec<String> {
     let mut all: Vec<String> = h
         .get_all("authorization")
         .iter()
@@ -96,7 +91,7 @@ fn credential(h: &HeaderMap) -> Result<Option<String>> {
                 .filter_map(|v| v.to_str().ok().map(str::to_string)),
         );
     }
-    crate::wire::one_value("Authorization, X-Service-Token and token", all)
+    all
 }
 
 /// Parts of a request that travel into the envelope.
@@ -136,19 +131,13 @@ impl RequestMeta {
             "X-Service-Tenant and X-RushDB-Tenant",
         );
         let transaction = text(&["x-transaction-id"], "X-Transaction-Id");
-        let credential = match credential(h) {
-            Ok(c) => c,
-            Err(e) => {
-                // Refused once the credential is checked: the first one sent stands for it
-                // (a wrong one answers 401 as usual).
-                unreadable.get_or_insert(e);
-                let first = h
-                    .get_all("authorization")
-                    .iter()
-                    .find_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token));
-                first.or_else(|| header(h, &["x-service-token", "token"]).map(str::to_string))
-            }
-        };
+        // Different credentials are refused once the credential is checked; the first one
+        // sent stands for them meanwhile (a wrong one answers 401 as usual).
+        let all = credentials(h);
+        let credential = all.first().cloned();
+        if let Err(e) = crate::wire::one_value("Authorization, X-Service-Token and token", all) {
+            unreadable.get_or_insert(e);
+        }
         RequestMeta {
             credential,
             tenant,

@@ -312,25 +312,23 @@ pub fn parse_item(text: &str) -> Result<Item> {
                 props: props(&v)?,
             })
         }
-        "vector" => Item::Vector {
-            record: id_field(&v, "record")?,
-            property: str_field(&v, "property")?.to_string(),
-            values: field(&v, "values")?
-                .as_array()
-                .ok_or_else(|| Error::invalid("values must be an array"))?
-                .iter()
-                .map(|x| {
-                    x.as_f64()
-                        .filter(|f| f.is_finite())
-                        .ok_or_else(|| Error::invalid("values must be finite numbers"))
-                })
-                .collect::<Result<_>>()?,
-        },
+        "vector" => {
+            let values = crate::bulk::vector_values(Some(field(&v, "values")?), "values")?;
+            Item::Vector {
+                record: id_field(&v, "record")?,
+                property: crate::bulk::vector_property_name(
+                    Some(str_field(&v, "property")?),
+                    "vector",
+                )?,
+                values,
+            }
+        }
         "relationship" => {
             let rel_type = str_field(&v, "type")?;
-            if rel_type.is_empty() || rel_type.len() > crate::model::MAX_NAME_BYTES {
-                return Err(Error::invalid("type must be 1 to 1024 bytes"));
+            if rel_type.is_empty() {
+                return Err(Error::invalid("type must not be empty"));
             }
+            crate::model::check_name_length("type", rel_type)?;
             Item::Relationship(LinkRel {
                 id: id_field(&v, "id")?,
                 source: id_field(&v, "source")?,

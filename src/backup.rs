@@ -15,12 +15,16 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// Where and how to open the store: `--data-dir` / `ENGINE_DATA_DIR` over the config file's
-/// `data_dir` over `./data`; the `[storage]` settings from the config file.
+/// `data_dir` over `./data`; the `[storage]` settings from the config file (`--config` /
+/// `ENGINE_CONFIG`).
 pub fn resolve(
     data_dir: Option<PathBuf>,
     config: Option<&Path>,
 ) -> Result<(PathBuf, StoreOptions), String> {
-    let file = match config {
+    let config = config
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("ENGINE_CONFIG").map(PathBuf::from));
+    let file = match &config {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
@@ -74,10 +78,7 @@ fn export_open(store: &Store, file: &Path) -> Result<Counts, String> {
     let written = (|| -> crate::error::Result<Counts> {
         let snap = store.snapshot()?;
         let multi = store.mode() == TenancyMode::Multi;
-        serde_json::to_writer(&mut out, &snapshot::header(multi))
-            .map_err(|e| crate::error::Error::internal(e.to_string()))?;
-        out.write_all(b"\n")
-            .map_err(|e| crate::error::Error::internal(format!("cannot write: {e}")))?;
+        snapshot::header_line(&mut out, multi)?;
         let mut counts = Counts::default();
         if multi {
             for (name, id) in store.named_tenants() {
@@ -113,6 +114,13 @@ fn export_open(store: &Store, file: &Path) -> Result<Counts, String> {
                 let _ = std::fs::remove_file(&partial);
                 format!("cannot write {}: {e}", file.display())
             })?;
+        // The rename itself made durable: FILE survives a power cut after the summary.
+        crate::store::sync_dir(&parent_of(file)).map_err(|e| {
+            format!(
+                "{} is written, but its directory could not be synced: {e}",
+                file.display()
+            )
+        })?;
     }
     Ok(counts)
 }
@@ -120,21 +128,114 @@ fn export_open(store: &Store, file: &Path) -> Result<Counts, String> {
 /// Ops written per batch (each batch is one durable write).
 const BATCH: usize = 2000;
 
-/// Restores `file` (`-`: standard input) into `dir`, which must not exist or be empty.
-/// The store is built in `DIR.restoring` beside it and renamed to `dir` once whole, so an
-/// interrupted restore (even kill -9) never leaves a partial store under `dir`; the next
-/// restore removes such a leftover.
+/// The longest snapshot line a restore reads (a record past it cannot have been written
+/// through a request, whose body is at most 32 MiB by default).
+pub const MAX_LINE_BYTES: usize = 256 << 20;
+
+/// The lines of a snapshot, each at most `MAX_LINE_BYTES` (a longer one is an error, not an
+/// allocation the size of the file); a trailing `\r` is dropped.
+struct Lines<R> {
+    r: R,
+}
+
+impl<R: BufRead> Iterator for Lines<R> {
+    type Item = std::io::Result<String>;
+    fn next(&mut self) -> Option<Self::Item> {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        let read = (&mut self.r)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf);
+        match read {
+            Ok(0) => None,
+            Err(e) => Some(Err(e)),
+            Ok(_) => {
+                if buf.last() == Some(&b'\n') {
+                    buf.pop();
+                    if buf.last() == Some(&b'\r') {
+                        buf.pop();
+                    }
+                } else if buf.len() > MAX_LINE_BYTES {
+                    return Some(Err(std::io::Error::other(format!(
+                        "a line longer than {} MiB",
+                        MAX_LINE_BYTES >> 20
+                    ))));
+                }
+                Some(
+                    String::from_utf8(buf).map_err(|_| {
+                        std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8")
+                    }),
+                )
+            }
+        }
+    }
+}
+
+/// The directory holding `path` (`.` for a bare name).
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Restores `file` (`-`: standard input) into `dir`, which must not exist or be an empty
+/// directory. The store is built in `DIR.restoring` beside it and renamed to `dir` once
+/// whole, so an interrupted restore (even kill -9) never leaves a partial store under `dir`;
+/// the next restore removes such a leftover. `DIR.restore-lock` keeps two restores into one
+/// directory apart.
 pub fn restore(dir: &Path, opts: StoreOptions, file: &Path) -> Result<String, String> {
-    if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
-        return Err(format!(
-            "{} is not empty: restore writes into a new data directory",
-            dir.display()
-        ));
+    // `new/.` and `new/` name `new`.
+    let dir: PathBuf = dir.components().collect();
+    match std::fs::metadata(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+        Ok(m) if !m.is_dir() => {
+            return Err(format!("{} is not a directory", dir.display()));
+        }
+        Ok(_) => {
+            let mut entries = std::fs::read_dir(&dir)
+                .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+            if entries.next().is_some() {
+                return Err(format!(
+                    "{} is not empty: restore writes into a new data directory",
+                    dir.display()
+                ));
+            }
+        }
     }
     let name = dir
         .file_name()
-        .ok_or_else(|| format!("{} names no directory", dir.display()))?;
-    let staging = dir.with_file_name(format!("{}.restoring", name.to_string_lossy()));
+        .ok_or_else(|| format!("{} names no directory", dir.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let lock_path = dir.with_file_name(format!("{name}.restore-lock"));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        return Err(format!(
+            "another restore into {} is running (it holds {})",
+            dir.display(),
+            lock_path.display()
+        ));
+    }
+    let result = restore_locked(&dir, &name, opts, file);
+    let _ = std::fs::remove_file(&lock_path);
+    drop(lock);
+    result
+}
+
+fn restore_locked(
+    dir: &Path,
+    name: &str,
+    opts: StoreOptions,
+    file: &Path,
+) -> Result<String, String> {
+    let staging = dir.with_file_name(format!("{name}.restoring"));
     if staging.exists() {
         crate::log::warn(&format!(
             "removing {}, left by an interrupted restore",
@@ -150,7 +251,7 @@ pub fn restore(dir: &Path, opts: StoreOptions, file: &Path) -> Result<String, St
             .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
         Box::new(std::io::BufReader::with_capacity(1 << 20, f))
     };
-    let mut lines = input.lines();
+    let mut lines = Lines { r: input };
     let header = match lines.next() {
         Some(Ok(h)) => h,
         Some(Err(e)) => return Err(format!("cannot read {}: {e}", file.display())),
@@ -166,42 +267,38 @@ pub fn restore(dir: &Path, opts: StoreOptions, file: &Path) -> Result<String, St
     let result = restore_lines(&store, multi, &mut lines);
     store.shutdown();
     drop(store);
-    let placed = result.and_then(|c| {
-        // rename(2) replaces an empty directory; the parent's entry is then made durable.
-        std::fs::rename(&staging, dir)
-            .and_then(
-                |_| match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    Some(p) => std::fs::File::open(p).and_then(|d| d.sync_all()),
-                    None => std::fs::File::open(".").and_then(|d| d.sync_all()),
-                },
-            )
-            .map_err(|e| {
-                format!(
-                    "cannot move {} to {}: {e}",
-                    staging.display(),
-                    dir.display()
-                )
-            })?;
-        Ok(c)
-    });
-    match placed {
-        Ok(c) => Ok(format!(
-            "restored {} from {} into {}",
-            summary(&c),
-            file.display(),
+    let counts = match result {
+        Ok(c) => c,
+        Err(e) => {
+            return Err(match std::fs::remove_dir_all(&staging) {
+                Ok(()) => format!("{e}; nothing was restored"),
+                Err(c) => format!(
+                    "{e}; the partial restore in {} could not be removed ({c}): delete it",
+                    staging.display()
+                ),
+            })
+        }
+    };
+    // rename(2) replaces an empty directory; the parent's entry is then made durable.
+    std::fs::rename(&staging, dir).map_err(|e| {
+        format!(
+            "the snapshot is restored in {}, but it could not be moved to {}: {e}",
+            staging.display(),
             dir.display()
-        )),
-        Err(e) => Err(match std::fs::remove_dir_all(&staging) {
-            Ok(()) => format!("{e}; nothing was restored"),
-            Err(c) if c.kind() == std::io::ErrorKind::NotFound => {
-                format!("{e}; nothing was restored")
-            }
-            Err(c) => format!(
-                "{e}; the partial restore in {} could not be removed ({c}): delete it",
-                staging.display()
-            ),
-        }),
-    }
+        )
+    })?;
+    crate::store::sync_dir(&parent_of(dir)).map_err(|e| {
+        format!(
+            "the snapshot is restored in {}, but its parent directory could not be synced: {e}",
+            dir.display()
+        )
+    })?;
+    Ok(format!(
+        "restored {} from {} into {}",
+        summary(&counts),
+        file.display(),
+        dir.display()
+    ))
 }
 
 fn restore_lines(
@@ -214,20 +311,34 @@ fn restore_lines(
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let mut tenant: Option<Tenant> = None;
+    // The pending batch and the lines it came from (a write error names them).
     let mut ops: Vec<WriteOp> = Vec::new();
+    let mut first_line = 0;
     let mut seen = Counts::default();
-    let flush = |tenant: &Option<Tenant>, ops: &mut Vec<WriteOp>| -> Result<(), String> {
-        if let (Some(t), false) = (tenant, ops.is_empty()) {
-            rt.block_on(store.write(t.clone(), std::mem::take(ops)))
-                .map_err(|e| e.message)?;
-        }
-        Ok(())
+    let flush = |tenant: &Option<Tenant>, ops: &mut Vec<WriteOp>, from: usize, to: usize| match (
+        tenant,
+        ops.is_empty(),
+    ) {
+        (Some(t), false) => rt
+            .block_on(store.write(t.clone(), std::mem::take(ops)))
+            .map(|_| ())
+            .map_err(|e| format!("lines {from}-{to}: {}", e.message)),
+        _ => Ok(()),
     };
+    // Per tenant: the kinds come in the snapshot's order, and nothing twice (a repeated
+    // record or relationship id is refused by the store when written).
+    let mut tenants_seen = std::collections::HashSet::new();
+    let mut phase = 0;
+    let mut property_ids = std::collections::HashSet::new();
+    let mut vectors = std::collections::HashSet::new();
     let mut n = 1;
     let mut ended = None;
     for l in lines {
         n += 1;
         let l = l.map_err(|e| format!("line {n}: cannot read: {e}"))?;
+        if l.trim().is_empty() {
+            continue;
+        }
         if ended.is_some() {
             return Err(format!("line {n}: a line after the end line"));
         }
@@ -236,13 +347,39 @@ fn restore_lines(
         if !matches!(item, Item::Tenant(_) | Item::End(_)) && tenant.is_none() {
             return Err(format!("line {n}: data before the first tenant line"));
         }
+        if matches!(item, Item::Tenant(_) | Item::End(_)) {
+            flush(&tenant, &mut ops, first_line, n - 1)?;
+        }
+        let rank = match &item {
+            Item::Tenant(_) | Item::End(_) => 0,
+            Item::Policy(_) => 1,
+            Item::Property { .. } => 2,
+            Item::Record(_) => 3,
+            Item::Vector { .. } => 4,
+            Item::Relationship(_) => 5,
+        };
+        if rank > 0 {
+            // A policy once; the other kinds may repeat, each after the kinds before it.
+            if rank < phase || (rank == 1 && phase == 1) {
+                return Err(format!(
+                    "line {n}: out of order (a tenant's lines are its policy, properties, records, vectors, relationships)"
+                ));
+            }
+            phase = rank;
+        }
+        if ops.is_empty() {
+            first_line = n;
+        }
         match item {
             Item::Tenant(name) => {
-                flush(&tenant, &mut ops).map_err(|e| format!("line {n}: {e}"))?;
+                if !tenants_seen.insert(name.clone()) {
+                    return Err(format!("line {n}: the tenant appears twice"));
+                }
+                (phase, property_ids, vectors) = (0, Default::default(), Default::default());
                 tenant = Some(match (multi, name) {
                     (false, None) => Tenant::Single,
                     (true, Some(name)) => {
-                        crate::engine::check_tenant_name(&name).map_err(at)?;
+                        snapshot::stored_name("tenant", &name).map_err(at)?;
                         Tenant::Named(name)
                     }
                     (false, Some(_)) => {
@@ -258,8 +395,15 @@ fn restore_lines(
                 });
                 seen.tenants += 1;
             }
-            Item::Policy(p) => ops.push(WriteOp::SetPolicy(Some(p))),
+            Item::Policy(p) => {
+                // Stored only in the shape the engine reads back (a policy it set itself).
+                crate::engine::policy::check_stored(&p).map_err(at)?;
+                ops.push(WriteOp::SetPolicy(Some(p)));
+            }
             Item::Property { id, name, ty } => {
+                if !property_ids.insert(id) {
+                    return Err(format!("line {n}: property {id} appears twice"));
+                }
                 ops.push(WriteOp::DeclareProperty { id, name, ty });
                 seen.properties += 1;
             }
@@ -272,6 +416,11 @@ fn restore_lines(
                 property,
                 values,
             } => {
+                if !vectors.insert((record, property.clone())) {
+                    return Err(format!(
+                        "line {n}: the vector {property} of record {record} appears twice"
+                    ));
+                }
                 ops.push(WriteOp::SetVector {
                     id: record,
                     property,
@@ -280,11 +429,10 @@ fn restore_lines(
                 seen.vectors += 1;
             }
             Item::Relationship(rel) => {
-                ops.push(WriteOp::Link(rel));
+                ops.push(WriteOp::RestoreRelationship(rel));
                 seen.relationships += 1;
             }
             Item::End(c) => {
-                flush(&tenant, &mut ops).map_err(|e| format!("line {n}: {e}"))?;
                 if c != seen {
                     return Err(format!(
                         "line {n}: the end line counts {} but the snapshot holds {}",
@@ -296,7 +444,7 @@ fn restore_lines(
             }
         }
         if ops.len() >= BATCH {
-            flush(&tenant, &mut ops).map_err(|e| format!("line {n}: {e}"))?;
+            flush(&tenant, &mut ops, first_line, n)?;
         }
     }
     ended.ok_or_else(|| {

@@ -205,26 +205,27 @@ fn digest(s: &str) -> [u8; 32] {
 
 /// The largest snapshot one `backup` answer carries (bigger tenants: `engine export`).
 pub const MAX_BACKUP_BYTES: usize = 64 << 20;
-const BACKUP_TOO_LARGE: &str = "backup answer over its cap";
 
-/// A buffer that refuses to grow past `MAX_BACKUP_BYTES`.
-struct Capped(Vec<u8>);
+/// A buffer that refuses to grow past `MAX_BACKUP_BYTES`; `over` tells a refusal from any
+/// other failure of the writing.
+#[derive(Default)]
+struct Capped {
+    buf: Vec<u8>,
+    over: bool,
+}
 
 impl std::io::Write for Capped {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.0.len() + buf.len() > MAX_BACKUP_BYTES {
-            return Err(std::io::Error::other(BACKUP_TOO_LARGE));
+        if self.buf.len() + buf.len() > MAX_BACKUP_BYTES {
+            self.over = true;
+            return Err(std::io::Error::other("the backup answer's cap"));
         }
-        self.0.extend_from_slice(buf);
+        self.buf.extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-fn too_large(e: std::io::Error) -> Error {
-    Error::internal(e.to_string())
 }
 
 impl Engine {
@@ -642,40 +643,29 @@ impl Engine {
             _ => (Some(crate::store::keys::SINGLE_TENANT), None, false),
         };
         let content = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
-            let mut out = Capped(Vec::new());
-            let mut line = serde_json::to_vec(&snapshot::header(multi))
-                .map_err(|e| Error::internal(e.to_string()))?;
-            line.push(b'\n');
-            std::io::Write::write_all(&mut out, &line).map_err(too_large)?;
-            let mut counts = snapshot::Counts::default();
-            match id {
-                Some(id) => {
-                    snapshot::export_tenant(&snap, id, name.as_deref(), &mut out, &mut counts)?
+            let mut out = Capped::default();
+            let written = snapshot::header_line(&mut out, multi).and_then(|_| {
+                let mut counts = snapshot::Counts::default();
+                match id {
+                    Some(id) => {
+                        snapshot::export_tenant(&snap, id, name.as_deref(), &mut out, &mut counts)?
+                    }
+                    // A tenant never written: just its tenant line.
+                    None => snapshot::tenant_line(&mut out, name.as_deref(), &mut counts)?,
                 }
-                // A tenant never written: just its tenant line.
-                None => {
-                    let empty = serde_json::json!({"kind": "tenant", "name": name});
-                    let mut l = empty.to_string().into_bytes();
-                    l.push(b'\n');
-                    std::io::Write::write_all(&mut out, &l).map_err(too_large)?;
-                    counts.tenants = 1;
-                }
-            }
-            snapshot::end(&mut out, counts)?;
-            Ok(out.0)
-        })
-        .await
-        .map_err(|e| Error::internal(format!("backup task failed: {e}")))?
-        .map_err(|e| {
-            if e.message.contains(BACKUP_TOO_LARGE) {
-                Error::new(
+                snapshot::end(&mut out, counts)
+            });
+            match written {
+                Ok(()) => Ok(out.buf),
+                Err(_) if out.over => Err(Error::new(
                     ErrorCode::PayloadTooLarge,
                     format!("the tenant's snapshot is larger than {MAX_BACKUP_BYTES} bytes, the most one backup answer carries: export it with `engine export` (server stopped)"),
-                )
-            } else {
-                e
+                )),
+                Err(e) => Err(e),
             }
-        })?;
+        })
+        .await
+        .map_err(|e| Error::internal(format!("backup task failed: {e}")))??;
         let content =
             String::from_utf8(content).map_err(|_| Error::internal("snapshot is not UTF-8"))?;
         Ok(Outcome::Backup { content })

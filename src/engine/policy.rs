@@ -114,6 +114,23 @@ pub fn from_request(mode: &str, doc: Option<&PolicyDocument>) -> Result<Installe
     Ok(out)
 }
 
+/// Checks a stored policy as `policy set` would have (a restored snapshot's policy line):
+/// it must read back and be exactly what `from_request` makes of itself.
+pub fn check_stored(bytes: &[u8]) -> Result<()> {
+    let p: Installed = serde_json::from_slice(bytes)
+        .map_err(|e| Error::invalid(format!("not a data-access policy ({e})")))?;
+    let shown = to_json(Some(&p));
+    let doc: PolicyDocument = crate::protocol::decode(shown["policy"].clone(), "policy")?;
+    let again = from_request(shown["mode"].as_str().unwrap_or_default(), Some(&doc))?;
+    let same = serde_json::to_value(&again).ok() == serde_json::to_value(&p).ok();
+    if !same {
+        return Err(Error::invalid(
+            "not a data-access policy the engine stores (set it again with policy set)",
+        ));
+    }
+    Ok(())
+}
+
 pub fn to_json(p: Option<&Installed>) -> Value {
     match p {
         None => json!({"kind": "policy", "mode": "BoundaryOnly"}),

@@ -213,10 +213,29 @@ impl Engine {
         if ids.is_empty() || self.store.tenant_id(&tenant).is_none() {
             return Err(Error::not_found("property not found"));
         }
-        let ops = ids
-            .into_iter()
-            .map(|id| WriteOp::DeleteProperty { id })
-            .collect();
+        // The holders are found on a snapshot, off the runtime's workers; the writer then
+        // looks only for holders written since (it would otherwise scan, holding every other
+        // write, each label with a holder the value index misses: an empty array).
+        let t = self.store.tenant_id(&tenant);
+        let snap = self.store.snapshot()?;
+        let ops = tokio::task::spawn_blocking(move || -> Result<Vec<WriteOp>> {
+            let mut ops = Vec::new();
+            for id in ids {
+                let known = match (t, rstore::property(&snap, t.unwrap_or_default(), &id)?) {
+                    (Some(t), Some(p)) => {
+                        rstore::property_holders(&snap, t, &id, &p.name, p.ty, &[])?
+                            .into_iter()
+                            .map(|(r, _)| r)
+                            .collect()
+                    }
+                    _ => Vec::new(),
+                };
+                ops.push(WriteOp::DeleteProperty { id, known });
+            }
+            Ok(ops)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("property delete task failed: {e}")))??;
         let out = self.store.write(tenant, ops).await?;
         let affected = out
             .iter()

@@ -503,23 +503,45 @@ pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
 }
 
 /// An exact running sum of floats (Shewchuk's non-overlapping partials, as Python's
-/// `math.fsum`), rounded once when read: while no intermediate sum overflows, the result does
-/// not depend on the order the values came in, so a sum split across threads and merged
-/// equals the one-pass sum, and it is the correctly rounded sum. Invariant: `partials` are
-/// finite, non-zero (but the last), and increasing in magnitude; an overflow is kept apart
-/// as its infinity (which then depends on the order, as a plain sum's would).
+/// `math.fsum`), rounded once when read: the result does not depend on the order the values
+/// came in, so a sum split across threads and merged equals the one-pass sum, and it is the
+/// correctly rounded sum.
+///
+/// Invariant: `partials` are finite, non-zero (but the last), increasing in magnitude, and
+/// hold the sum times 2^-64 when `scaled`. Before a value or the running sum reaches
+/// [`SCALE_AT`] (so before any intermediate sum could overflow), every partial is scaled down
+/// by 2^-64 (exact, but for partials far below the sum's last bit), and later values are
+/// scaled as they come: a sum past the float range is still known, and its mean still exact.
 #[derive(Debug, Clone, Default)]
 struct ExactSum {
     partials: Vec<f64>,
-    overflow: Option<f64>,
+    scaled: bool,
 }
 
+/// 2^1020: below it two values add without overflow.
+const SCALE_AT: f64 = 1.123_558_209_288_947_4e307;
+/// 2^-64 and 2^64.
+const DOWN: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+const UP: f64 = 18_446_744_073_709_551_616.0;
+
 impl ExactSum {
-    fn add(&mut self, mut x: f64) {
-        if !x.is_finite() {
-            self.overflow = Some(self.overflow.map_or(x, |o| o + x));
-            return;
+    fn add(&mut self, x: f64) {
+        debug_assert!(x.is_finite(), "stored floats are finite");
+        let large = |v: f64| v.abs() >= SCALE_AT;
+        if !self.scaled && (large(x) || self.partials.last().is_some_and(|l| large(*l))) {
+            self.scale_down();
         }
+        self.push(if self.scaled { x * DOWN } else { x });
+    }
+
+    fn scale_down(&mut self) {
+        self.partials.iter_mut().for_each(|p| *p *= DOWN);
+        self.partials.retain(|p| *p != 0.0);
+        self.scaled = true;
+    }
+
+    /// Adds `x`, already in the sum's scale.
+    fn push(&mut self, mut x: f64) {
         let mut kept = 0;
         for j in 0..self.partials.len() {
             let mut y = self.partials[j];
@@ -527,11 +549,6 @@ impl ExactSum {
                 std::mem::swap(&mut x, &mut y);
             }
             let hi = x + y;
-            if !hi.is_finite() {
-                self.overflow = Some(self.overflow.map_or(hi, |o| o + hi));
-                self.partials.clear();
-                return;
-            }
             let lo = y - (hi - x);
             if lo != 0.0 {
                 self.partials[kept] = lo;
@@ -544,30 +561,48 @@ impl ExactSum {
     }
 
     fn merge(&mut self, other: &ExactSum) {
-        if let Some(o) = other.overflow {
-            self.add(o);
-        }
-        for &p in &other.partials {
-            self.add(p);
+        if other.scaled {
+            if !self.scaled {
+                self.scale_down();
+            }
+            other.partials.iter().for_each(|&p| self.push(p));
+        } else {
+            other.partials.iter().for_each(|&p| self.add(p));
         }
     }
 
-    /// The sum with an integer sum added (exactly while it fits a double's mantissa).
-    fn plus_int(&self, i: i128) -> f64 {
-        if i == 0 {
-            return self.value();
-        }
+    /// This sum with an integer sum added (exactly while it fits a double's mantissa).
+    fn with_int(&self, i: i128) -> ExactSum {
         let mut s = self.clone();
-        s.add(i as f64);
-        s.add((i - i as f64 as i128) as f64);
-        s.value()
+        if i != 0 {
+            s.add(i as f64);
+            s.add((i - i as f64 as i128) as f64);
+        }
+        s
     }
 
-    /// The correctly rounded sum (the final step of `math.fsum`).
+    /// The sum: an infinity when it is beyond the float range.
     fn value(&self) -> f64 {
-        if let Some(o) = self.overflow {
-            return o;
+        let v = self.rounded();
+        if self.scaled {
+            v * UP
+        } else {
+            v
         }
+    }
+
+    /// The sum divided by `n`, computed in the sum's scale (so finite whenever the mean is).
+    fn mean(&self, n: u64) -> f64 {
+        let v = self.rounded() / n as f64;
+        if self.scaled {
+            v * UP
+        } else {
+            v
+        }
+    }
+
+    /// The correctly rounded sum of the partials (the final step of `math.fsum`).
+    fn rounded(&self) -> f64 {
         let p = &self.partials;
         let Some(mut n) = p.len().checked_sub(1) else {
             return 0.0;
@@ -606,8 +641,6 @@ struct Acc {
     count: u64,
     int_sum: i128,
     float_sum: ExactSum,
-    /// The float values times 2^-64: their mean when `float_sum` overflows.
-    scaled_sum: ExactSum,
     any_float: bool,
     n: u64,
     best: Option<(PropType, Scalar)>,
@@ -651,7 +684,6 @@ impl Acc {
                     ScalarRef::Int(i) => self.int_sum += i as i128,
                     ScalarRef::Float(f) => {
                         self.float_sum.add(f);
-                        self.scaled_sum.add(f / 18_446_744_073_709_551_616.0);
                         self.any_float = true;
                     }
                     _ => {}
@@ -687,7 +719,6 @@ impl Acc {
         self.count += other.count;
         self.int_sum += other.int_sum;
         self.float_sum.merge(&other.float_sum);
-        self.scaled_sum.merge(&other.scaled_sum);
         self.any_float |= other.any_float;
         self.n += other.n;
         if let Some((ty, e)) = other.best {
@@ -702,7 +733,7 @@ impl Acc {
             AggFn::Count => json!(self.count),
             AggFn::Sum => {
                 if self.any_float {
-                    let s = self.float_sum.plus_int(self.int_sum);
+                    let s = self.float_sum.with_int(self.int_sum).value();
                     if !s.is_finite() {
                         return Err(Error::invalid(format!(
                             "aggregate {}: the sum is beyond the 64-bit float range (about ±1.8e308)",
@@ -720,15 +751,7 @@ impl Acc {
                 if self.n == 0 {
                     return Ok(Value::Null);
                 }
-                let mut avg = self.float_sum.plus_int(self.int_sum) / self.n as f64;
-                if !avg.is_finite() {
-                    // The sum left the float range; the mean of the same values scaled down
-                    // by 2^-64 (exact for such magnitudes) does not.
-                    const DOWN: f64 = 1.0 / 18_446_744_073_709_551_616.0;
-                    avg = (self.scaled_sum.plus_int(0) + self.int_sum as f64 * DOWN)
-                        / self.n as f64
-                        / DOWN;
-                }
+                let avg = self.float_sum.with_int(self.int_sum).mean(self.n);
                 let avg = match precision {
                     // A value too large to scale is already whole at that precision.
                     Some(p) if (avg * 10f64.powi(*p as i32)).is_finite() => {
@@ -866,10 +889,35 @@ fn value_cmp(a: &Value, b: &Value) -> Ordering {
             };
             num_cmp(&s(x), &s(y))
         }
-        (Value::String(x), Value::String(y)) => x.cmp(y),
+        (Value::String(x), Value::String(y)) => match (iso_year(x), iso_year(y)) {
+            (Some((ya, ra)), Some((yb, rb))) => ya.cmp(&yb).then_with(|| ra.cmp(rb)),
+            _ => x.cmp(y),
+        },
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         _ => rank(a).cmp(&rank(b)),
     }
+}
+
+/// The year and the rest of an ISO 8601 date-time text (`2024-05-01T...`, and the expanded
+/// years of time buckets, `-0001-12-31T...`, `+10000-01-01T...`), so bucket starts order by
+/// time: as texts, `+10000` would come first and `-0002` after `-0001`. For four-digit years
+/// this is the texts' own order.
+fn iso_year(s: &str) -> Option<(i64, &str)> {
+    let (sign, body) = match s.as_bytes().first()? {
+        b'+' => (1, &s[1..]),
+        b'-' => (-1, &s[1..]),
+        _ => (1, s),
+    };
+    let digits = body.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = &body[digits..];
+    let shaped = rest.len() >= 7
+        && rest.as_bytes()[0] == b'-'
+        && rest.as_bytes()[3] == b'-'
+        && rest.as_bytes()[6] == b'T';
+    if !(4..=18).contains(&digits) || !shaped {
+        return None;
+    }
+    Some((sign * body[..digits].parse::<i64>().ok()?, rest))
 }
 
 fn sort_rows(rows: &mut [Map<String, Value>], order: &[(String, bool)]) {
@@ -1460,10 +1508,55 @@ mod tests {
             assert_eq!(a.value(), forward, "split at {cut}");
         }
         let mut with_int = sum(&[0.5]);
-        assert_eq!(with_int.plus_int(3), 3.5);
+        assert_eq!(with_int.with_int(3).value(), 3.5);
         with_int.add(f64::MAX);
         with_int.add(f64::MAX);
         assert_eq!(with_int.value(), f64::INFINITY);
+        assert_eq!(with_int.mean(2), f64::MAX);
+        // Past the float range on the way, back inside at the end, in any order.
+        for xs in [
+            [1e308, 1e308, -1e308],
+            [1e308, -1e308, 1e308],
+            [-1e308, 1e308, 1e308],
+        ] {
+            assert_eq!(sum(&xs).value(), 1e308);
+        }
+        let mut a = sum(&[1e308, 1e308]);
+        a.merge(&sum(&[-1e308, 0.5]));
+        assert_eq!(a.value(), 1e308);
+        let mut b = sum(&[0.5, -1e308]);
+        b.merge(&sum(&[1e308, 1e308]));
+        assert_eq!(b.value(), 1e308);
+        assert_eq!(sum(&[1e308, 1.5e308]).mean(2), 1.25e308);
+    }
+
+    #[test]
+    fn bucket_texts_order_by_time() {
+        let mut v: Vec<Value> = [
+            "+10000-01-01T00:00:00Z",
+            "2020-01-01T00:00:00Z",
+            "-0001-12-31T00:00:00Z",
+            "-0002-01-01T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T00:00:00Z",
+        ]
+        .iter()
+        .map(|s| json!(s))
+        .collect();
+        v.sort_by(value_cmp);
+        let got: Vec<&str> = v.iter().filter_map(Value::as_str).collect();
+        assert_eq!(
+            got,
+            [
+                "-0002-01-01T00:00:00Z",
+                "-0001-12-31T00:00:00Z",
+                "0000-01-01T00:00:00Z",
+                "2020-01-01T00:00:00Z",
+                "9999-12-31T00:00:00Z",
+                "+10000-01-01T00:00:00Z"
+            ]
+        );
+        assert_eq!(value_cmp(&json!("b"), &json!("a")), Ordering::Greater);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::kv::{KvRead, Overlay};
 use super::relationships::{LinkRel, UnlinkRel};
 use crate::error::{Error, Result};
 use crate::model::{infer::PropWrites, PropType, PropValue, Record};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use uuid::Uuid;
 
 /// How a put treats the record's existing properties.
@@ -138,8 +138,11 @@ pub enum WriteOp {
     DeleteMany {
         ids: Vec<Uuid>,
     },
+    /// Removes a property from every record. `known`: holders found on a snapshot before
+    /// the write (see `property_holders`); may be empty.
     DeleteProperty {
         id: Uuid,
+        known: Vec<Uuid>,
     },
     Link(LinkRel),
     Unlink(UnlinkRel),
@@ -165,6 +168,9 @@ pub enum WriteOp {
         id: Uuid,
         version: u64,
     },
+    /// A relationship from a snapshot (`engine restore`) with its own id: refused when a
+    /// relationship already has that id (a link with a generated id never checks).
+    RestoreRelationship(LinkRel),
     /// Gives a property (name, type) the id it had in a snapshot (`engine restore`), before
     /// any record holds it. Refused when the name and type, or the id, already stand for
     /// another property.
@@ -299,6 +305,84 @@ pub fn property<R: KvRead + ?Sized>(
         Some(meta) => property_info(kv, tenant, *id, &meta).map(Some),
         None => Ok(None),
     }
+}
+
+/// The record ids of the index keys under `prefix` (label and value index keys end with the
+/// record's id), in key order.
+fn index_ids<R: KvRead + ?Sized>(kv: &R, prefix: &[u8]) -> Result<Vec<Uuid>> {
+    let mut ids = Vec::new();
+    kv.scan_prefix(prefix, false, &mut |k, _| {
+        let id = k
+            .len()
+            .checked_sub(16)
+            .and_then(|at| Uuid::from_slice(&k[at..]).ok())
+            .ok_or_else(|| Error::internal("corrupt index key"))?;
+        ids.push(id);
+        Ok(true)
+    })?;
+    Ok(ids)
+}
+
+/// The records holding property `pid` (`name` of type `ty`) as `kv` shows them, with their
+/// labels: the property's value-index entries and `known`, each checked on `kv`; then, for a
+/// label whose counter says more records hold it there than were found (an empty array has
+/// no value-index entry), a scan of that label's records.
+pub fn property_holders<R: KvRead + ?Sized>(
+    kv: &R,
+    tenant: u64,
+    pid: &Uuid,
+    name: &str,
+    ty: PropType,
+    known: &[Uuid],
+) -> Result<Vec<(Uuid, String)>> {
+    let holds = |id: &Uuid| -> Result<Option<String>> {
+        let Some(bytes) = kv.get(&record_key(tenant, id))? else {
+            return Ok(None);
+        };
+        let r = codec::decode_record_fields(*id, &bytes, Some(&[name]))?;
+        Ok(r.props
+            .get(name)
+            .is_some_and(|v| v.ty == ty)
+            .then_some(r.label))
+    };
+    let mut candidates = known.to_vec();
+    candidates.extend(index_ids(
+        kv,
+        &Key::tenant(tenant, keys::PROP_INDEX).uuid(pid).0,
+    )?);
+    let mut seen = HashSet::new();
+    let mut holders = Vec::new();
+    let mut found: HashMap<String, u64> = HashMap::new();
+    for id in candidates {
+        if seen.insert(id) {
+            if let Some(label) = holds(&id)? {
+                *found.entry(label.clone()).or_default() += 1;
+                holders.push((id, label));
+            }
+        }
+    }
+    let count_prefix = Key::tenant(tenant, keys::PROP_LABEL_COUNT).uuid(pid).0;
+    let mut short = Vec::new();
+    kv.scan_prefix(&count_prefix, false, &mut |k, v| {
+        let (label, _) = keys::read_escaped(&k[count_prefix.len()..])
+            .ok_or_else(|| Error::internal("corrupt property counter key"))?;
+        let label = String::from_utf8(label)
+            .map_err(|_| Error::internal("corrupt property counter key"))?;
+        if codec::decode_u64_pair(v)?.0 > found.get(&label).copied().unwrap_or(0) {
+            short.push(label);
+        }
+        Ok(true)
+    })?;
+    for label in short {
+        for id in index_ids(kv, &Key::tenant(tenant, keys::LABEL_INDEX).str(&label).0)? {
+            if seen.insert(id) {
+                if let Some(l) = holds(&id)? {
+                    holders.push((id, l));
+                }
+            }
+        }
+    }
+    Ok(holders)
 }
 
 /// Every property of the tenant, ordered by (name, type).
@@ -440,13 +524,21 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             return Ok(None);
         }
         let id = Uuid::now_v7();
+        self.register_property(name, ty, id);
+        Ok(Some(id))
+    }
+
+    /// Writes the metadata of a new property (name, type) with id `id`.
+    fn register_property(&mut self, name: &str, ty: PropType, id: Uuid) {
         self.prop_ids.insert((name.to_string(), ty), id);
-        self.ov.put(by_name, codec::encode_uuid(&id));
+        self.ov.put(
+            self.key(keys::PROP_BY_NAME).str(name).u8(ty as u8).0,
+            codec::encode_uuid(&id),
+        );
         self.ov.put(
             self.key(keys::PROP_BY_ID).uuid(&id).0,
             codec::encode_prop_meta(name, ty),
         );
-        Ok(Some(id))
     }
 
     pub(super) fn next_row(&mut self) -> Result<u64> {
@@ -553,10 +645,22 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                 }
                 Ok(WriteOutcome::Affected(n))
             }
-            WriteOp::DeleteProperty { id } => self.delete_property(&id).map(WriteOutcome::Affected),
+            WriteOp::DeleteProperty { id, known } => self
+                .delete_property(&id, &known)
+                .map(WriteOutcome::Affected),
             WriteOp::Link(mut l) => {
                 l.source = self.resolve(l.source);
                 l.target = self.resolve(l.target);
+                self.link(l).map(WriteOutcome::Affected)
+            }
+            WriteOp::RestoreRelationship(l) => {
+                let key = super::relationships::rel_key(self.tenant, &l.id);
+                if self.ov.get(&key)?.is_some() {
+                    return Err(Error::conflict(format!(
+                        "relationship {} appears twice",
+                        l.id
+                    )));
+                }
                 self.link(l).map(WriteOutcome::Affected)
             }
             WriteOp::Unlink(u) => self.unlink(u).map(WriteOutcome::Affected),
@@ -644,11 +748,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
                     .transpose()?;
                 match (named, self.ov.get(&by_id)?) {
                     (Some(have), _) if have == id => {}
-                    (None, None) => {
-                        self.ov.put(by_name, codec::encode_uuid(&id));
-                        self.ov.put(by_id, codec::encode_prop_meta(&name, ty));
-                        self.prop_ids.insert((name, ty), id);
-                    }
+                    (None, None) => self.register_property(&name, ty, id),
                     _ => {
                         return Err(Error::conflict(format!(
                             "property {name} ({}) or id {id} already stands for another property",
@@ -784,7 +884,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             }
         }
         let prefix = prefix.unwrap_or_else(|| self.key(keys::LABEL_INDEX).str(label).0);
-        let candidates: BTreeSet<Uuid> = self.ids_under(&prefix)?.into_iter().collect();
+        let candidates: BTreeSet<Uuid> = index_ids(&*self.ov, &prefix)?.into_iter().collect();
         let mut best: Option<Record> = None;
         for id in candidates {
             let Some(rec) = get_record(&*self.ov, self.tenant, &id)? else {
@@ -799,76 +899,24 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         Ok(best)
     }
 
-    /// The record ids of the index keys under `prefix` (label and value index keys end with
-    /// the record's id), in key order.
-    fn ids_under(&self, prefix: &[u8]) -> Result<Vec<Uuid>> {
-        let mut ids = Vec::new();
-        self.ov.scan_prefix(prefix, false, &mut |k, _| {
-            let id = k
-                .len()
-                .checked_sub(16)
-                .and_then(|at| Uuid::from_slice(&k[at..]).ok())
-                .ok_or_else(|| Error::internal("corrupt index key"))?;
-            ids.push(id);
-            Ok(true)
-        })?;
-        Ok(ids)
-    }
-
-    fn delete_property(&mut self, pid: &Uuid) -> Result<u64> {
+    /// Removes property `pid` from every record holding it: those `property_holders` finds,
+    /// starting from `known` (holders a snapshot found, so the writer scans a label only
+    /// for holders written since), one record at a time.
+    fn delete_property(&mut self, pid: &Uuid, known: &[Uuid]) -> Result<u64> {
         let meta = self
             .ov
             .get(&self.key(keys::PROP_BY_ID).uuid(pid).0)?
             .ok_or_else(|| Error::not_found(format!("property {pid} not found")))?;
         let (name, ty) = codec::decode_prop_meta(&meta)?;
-        let mut holders: BTreeSet<Uuid> = self
-            .ids_under(&self.key(keys::PROP_INDEX).uuid(pid).0)?
-            .into_iter()
-            .collect();
-        // An empty array has no value-index entry, so the index misses its holders; the
-        // per-label counters do not. A label whose counter is above the holders the index
-        // found there is scanned for the rest.
-        let mut found: BTreeMap<String, u64> = BTreeMap::new();
-        let mut holding = Vec::with_capacity(holders.len());
-        for id in &holders {
-            let rec = self.load(id)?;
-            *found.entry(rec.label.clone()).or_default() += 1;
-            holding.push(rec);
-        }
-        let count_prefix = self.key(keys::PROP_LABEL_COUNT).uuid(pid).0;
-        let mut short = Vec::new();
-        self.ov.scan_prefix(&count_prefix, false, &mut |k, v| {
-            let (label, _) = keys::read_escaped(&k[count_prefix.len()..])
-                .ok_or_else(|| Error::internal("corrupt property counter key"))?;
-            let label = String::from_utf8(label)
-                .map_err(|_| Error::internal("corrupt property counter key"))?;
-            let (count, _) = codec::decode_u64_pair(v)?;
-            if count > found.get(&label).copied().unwrap_or(0) {
-                short.push(label);
-            }
-            Ok(true)
-        })?;
-        for label in short {
-            for id in self.ids_under(&self.key(keys::LABEL_INDEX).str(&label).0)? {
-                if holders.contains(&id) {
-                    continue;
-                }
-                let rec = self.load(&id)?;
-                if rec.props.get(&name).is_some_and(|v| v.ty == ty) {
-                    holders.insert(id);
-                    holding.push(rec);
-                }
-            }
-        }
-        for old in holding {
-            if old.props.get(&name).is_some_and(|v| v.ty == ty) {
-                let mut new = Record {
-                    version: self.seq,
-                    ..old.clone()
-                };
-                new.props.remove(&name);
-                self.rewrite(&old, &new)?;
-            }
+        let holders = property_holders(&*self.ov, self.tenant, pid, &name, ty, known)?;
+        for (id, _) in &holders {
+            let old = self.load(id)?;
+            let mut new = Record {
+                version: self.seq,
+                ..old.clone()
+            };
+            new.props.remove(&name);
+            self.rewrite(&old, &new)?;
         }
         self.touched.insert(*pid);
         Ok(holders.len() as u64)

@@ -52,13 +52,29 @@ pub fn header(multitenant: bool) -> Value {
            "storageFormatVersion": super::STORAGE_FORMAT_VERSION, "multitenant": multitenant})
 }
 
-fn io(e: std::io::Error) -> Error {
-    Error::internal(format!("cannot write the snapshot: {e}"))
+/// A failed write of the snapshot (a full disk, a closed pipe, a capped buffer): the
+/// message keeps the cause, which the operator needs (it is not a fault of the engine's).
+fn io(e: impl std::fmt::Display) -> Error {
+    Error::new(
+        crate::error::ErrorCode::Internal,
+        format!("cannot write the snapshot: {e}"),
+    )
 }
 
 fn line(out: &mut dyn Write, v: &Value) -> Result<()> {
-    serde_json::to_writer(&mut *out, v).map_err(|e| Error::internal(e.to_string()))?;
+    serde_json::to_writer(&mut *out, v).map_err(io)?;
     out.write_all(b"\n").map_err(io)
+}
+
+/// The first line.
+pub fn header_line(out: &mut dyn Write, multitenant: bool) -> Result<()> {
+    line(out, &header(multitenant))
+}
+
+/// A tenant's first line (`name` None: the single-tenant keyspace).
+pub fn tenant_line(out: &mut dyn Write, name: Option<&str>, counts: &mut Counts) -> Result<()> {
+    counts.tenants += 1;
+    line(out, &json!({"kind": "tenant", "name": name}))
 }
 
 fn props_json(props: &BTreeMap<String, PropValue>) -> (Value, Value) {
@@ -79,8 +95,7 @@ pub fn export_tenant<R: KvRead + ?Sized>(
     out: &mut dyn Write,
     counts: &mut Counts,
 ) -> Result<()> {
-    line(out, &json!({"kind": "tenant", "name": name}))?;
-    counts.tenants += 1;
+    tenant_line(out, name, counts)?;
     if let Some(p) = kv.get(&Key::tenant(tenant, keys::POLICY).0)? {
         let policy: Value = serde_json::from_slice(&p)
             .map_err(|e| Error::internal(format!("stored policy unreadable: {e}")))?;
@@ -149,13 +164,17 @@ pub fn export_tenant<R: KvRead + ?Sized>(
     if let Some(e) = failed {
         return Err(e);
     }
-    let mut all = Vec::new();
+    // As for records: (row, id) first, then each relationship in row order.
+    let mut rows = Vec::new();
     rels::scan_relationships(kv, tenant, &mut |r| {
-        all.push(r);
+        rows.push((r.row, r.id));
         Ok(true)
     })?;
-    all.sort_unstable_by_key(|r| (r.row, r.id));
-    for r in all {
+    rows.sort_unstable();
+    for (_, id) in rows {
+        let Some(r) = rels::get_relationship(kv, tenant, &id)? else {
+            continue;
+        };
         let (properties, types) = props_json(&r.props);
         line(
             out,
@@ -211,6 +230,16 @@ pub fn read_header(text: &str) -> Result<bool> {
         .ok_or_else(|| Error::invalid("line 1: the header has no multitenant flag"))
 }
 
+/// A name the store holds (a label, property, relationship type or tenant): not empty. The
+/// rules for new names (lengths, spaces) are not applied: a store may hold names written
+/// before them, and a restore keeps what the store held.
+pub fn stored_name<'a>(what: &str, name: &'a str) -> Result<&'a str> {
+    if name.is_empty() {
+        return Err(Error::invalid(format!("{what} must not be empty")));
+    }
+    Ok(name)
+}
+
 fn field<'a>(v: &'a Value, name: &str) -> Result<&'a Value> {
     v.get(name)
         .ok_or_else(|| Error::invalid(format!("{name} is missing")))
@@ -255,7 +284,7 @@ fn props(v: &Value) -> Result<BTreeMap<String, PropValue>> {
         .ok_or_else(|| Error::invalid("propertyTypes must be an object"))?;
     let mut out = BTreeMap::new();
     for (name, value) in values {
-        crate::model::check_property_name(name)?;
+        stored_name("a property name", name)?;
         let ty = types
             .get(name)
             .and_then(Value::as_str)
@@ -293,17 +322,12 @@ pub fn parse_item(text: &str) -> Result<Item> {
         ),
         "property" => Item::Property {
             id: id_field(&v, "id")?,
-            name: {
-                let n = str_field(&v, "name")?;
-                crate::model::check_property_name(n)?;
-                n.to_string()
-            },
+            name: { stored_name("name", str_field(&v, "name")?)?.to_string() },
             ty: PropType::parse(str_field(&v, "type")?)
                 .ok_or_else(|| Error::invalid("type is not a property type"))?,
         },
         "record" => {
-            let label = str_field(&v, "label")?;
-            crate::query::check_label(label)?;
+            let label = stored_name("label", str_field(&v, "label")?)?;
             Item::Record(Record {
                 id: id_field(&v, "id")?,
                 label: label.to_string(),
@@ -316,19 +340,12 @@ pub fn parse_item(text: &str) -> Result<Item> {
             let values = crate::bulk::vector_values(Some(field(&v, "values")?), "values")?;
             Item::Vector {
                 record: id_field(&v, "record")?,
-                property: crate::bulk::vector_property_name(
-                    Some(str_field(&v, "property")?),
-                    "vector",
-                )?,
+                property: stored_name("property", str_field(&v, "property")?)?.to_string(),
                 values,
             }
         }
         "relationship" => {
-            let rel_type = str_field(&v, "type")?;
-            if rel_type.is_empty() {
-                return Err(Error::invalid("type must not be empty"));
-            }
-            crate::model::check_name_length("type", rel_type)?;
+            let rel_type = stored_name("type", str_field(&v, "type")?)?;
             Item::Relationship(LinkRel {
                 id: id_field(&v, "id")?,
                 source: id_field(&v, "source")?,

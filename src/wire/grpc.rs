@@ -82,21 +82,23 @@ impl GrpcEngine {
     /// The call's credential and tenant header, the credential checked (and bound to the
     /// tenant header on a multitenant engine).
     fn caller(&self, md: &MetadataMap) -> Result<(Option<String>, Option<String>), Error> {
-        let credential = crate::wire::one_value(
-            "authorization",
-            md.get_all("authorization")
-                .iter()
-                .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
-                .collect(),
-        )?;
+        // As over HTTP: the first value stands for the credential (and the tenant) while it
+        // is checked; different values are refused after that.
+        let credentials: Vec<String> = md
+            .get_all("authorization")
+            .iter()
+            .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
+            .collect();
         let tenants = md
             .get_all("x-service-tenant")
             .iter()
             .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()).map(str::to_string))
             .collect::<Result<Vec<_>, Error>>()?;
-        let tenant = crate::wire::one_value("x-service-tenant", tenants)?;
+        let (credential, tenant) = (credentials.first().cloned(), tenants.first().cloned());
         self.engine
             .authenticate_for(credential.as_deref(), tenant.as_deref())?;
+        crate::wire::one_value("authorization", credentials)?;
+        crate::wire::one_value("x-service-tenant", tenants)?;
         Ok((credential, tenant))
     }
 

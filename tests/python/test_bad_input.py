@@ -548,7 +548,7 @@ def test_conflicting_headers_are_refused(api, lines, needle):
     status, body = _raw(api, lines)
     assert status == 400, body
     err = json.loads(body)
-    assert err["code"] == "invalid_argument" and needle in err["message"]
+    assert err["code"] == "invalid_argument" and needle in err["message"] and "send one" in err["message"]
     status, body = _raw(api, [f"Authorization: Bearer {DEV_TOKEN}", f"X-Service-Token: {DEV_TOKEN}"])
     assert status == 200, body
     # a wrong first credential is still a 401
@@ -562,3 +562,12 @@ def test_long_input_is_not_echoed_whole(api):
     assert len(err["message"]) <= 4096 and len(r.content) < 6000
     r = api.post("/protocol/v1/execute", {"protocolVersion": "9" * 100_000, "operation": {}})
     assert r.status_code == 400 and len(r.content) < 6000
+
+
+def test_conflicting_tenant_headers_are_refused(engine_factory):
+    e = engine_factory.start(extra_args=["--multitenant"])
+    api = e.client()
+    status, body = _raw(api, [f"Authorization: Bearer {DEV_TOKEN}", "X-Service-Tenant: a", "X-RushDB-Tenant: b"])
+    assert status == 400 and "X-Service-Tenant and X-RushDB-Tenant" in json.loads(body)["message"], body
+    status, body = _raw(api, [f"Authorization: Bearer {DEV_TOKEN}", "X-Service-Tenant: a", "X-RushDB-Tenant: a"])
+    assert status == 200, body

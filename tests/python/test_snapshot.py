@@ -215,3 +215,89 @@ def test_restore_is_placed_whole_and_clears_an_interrupted_one(engine_factory, t
     assert "interrupted restore" in p.stderr
     assert not leftover.exists() and (target / "engine.redb").exists()
     assert engine_factory.start(data_dir=target).client().labels() == {"A": 1}
+
+
+def test_backup_over_its_cap_is_413(engine_factory):
+    e = engine_factory.start()
+    api = e.client()
+    # inline vectors (not indexed): 65,536 floats of ~19 characters each, ~1.25 MB a record
+    vector = [0.1234567890123456 + i * 1e-9 for i in range(65536)]
+    for i in range(56):
+        r = api.post("/api/v1/records", {"label": "BIG", "data": {"i": i},
+                                         "vectors": [{"propertyName": "emb", "vector": vector}]})
+        assert r.status_code == 201, r.text
+    r = api.protocol({"kind": "backup", "backup": {"kind": "snapshot"}})
+    assert_protocol_error(r, 413, "payload_too_large", message_contains=["engine export"])
+
+
+def test_restore_checks_lines_and_targets(engine_factory, tmp_path):
+    import fcntl
+    e = engine_factory.start()
+    e.client().create("A", {"x": 1})
+    e.stop()
+    snap = tmp_path / "s.jsonl"
+    assert _export(["export", str(snap), "--data-dir", str(e.data_dir)]).returncode == 0
+    lines = snap.read_text().splitlines()
+    # blank lines (a trailing one included) are skipped
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n".join(lines[:2]) + "\n\n" + "\n".join(lines[2:]) + "\n\n")
+    p = _export(["restore", str(blank), "--data-dir", str(tmp_path / "b")])
+    assert p.returncode == 0, p.stderr
+    # a policy the engine could not read back is refused at its line
+    bad = [lines[0], lines[1], json.dumps({"kind": "policy", "policy": {"garbage": 1}}), *lines[2:]]
+    (tmp_path / "p.jsonl").write_text("\n".join(bad) + "\n")
+    p = _export(["restore", str(tmp_path / "p.jsonl"), "--data-dir", str(tmp_path / "p")])
+    assert p.returncode == 1 and "line 3" in p.stderr and "policy" in p.stderr, p.stderr
+    # a write the store refuses names the lines of its batch (a record id twice)
+    rec = next(x for x in lines if '"kind":"record"' in x)
+    dup = [*lines[:-1], rec, lines[-1].replace('"records":1', '"records":2')]
+    (tmp_path / "d.jsonl").write_text("\n".join(dup) + "\n")
+    p = _export(["restore", str(tmp_path / "d.jsonl"), "--data-dir", str(tmp_path / "d")])
+    assert p.returncode == 1 and "lines " in p.stderr and "already exists" in p.stderr, p.stderr
+    assert not (tmp_path / "d").exists()
+    # tampered lines: refused at their line, nothing left behind
+    objs = [json.loads(x) for x in lines]
+    rec_obj = next(o for o in objs if o.get("kind") == "record")
+    prop_obj = next(o for o in objs if o.get("kind") == "property")
+    rid = rec_obj["id"]
+    rel = {"kind": "relationship", "id": "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e6f", "type": "T", "source": rid,
+           "target": rid, "properties": {}, "propertyTypes": {}}
+
+    def with_lines(extra_after_records, end_changes, needle, name, after_tenant=()):
+        body = [o for o in objs if o.get("kind") != "end"] + extra_after_records
+        body = body[:2] + list(after_tenant) + body[2:]  # header, tenant line, then these
+        end = dict(objs[-1], **end_changes)
+        f = tmp_path / f"{name}.jsonl"
+        f.write_text("\n".join(json.dumps(o) for o in body + [end]) + "\n")
+        p = _export(["restore", str(f), "--data-dir", str(tmp_path / name)])
+        assert p.returncode == 1 and needle in p.stderr, (name, p.stderr)
+        assert not (tmp_path / name).exists() and not (tmp_path / f"{name}.restoring").exists()
+
+    with_lines([rel, rel], {"relationships": 2}, "appears twice", "duprel")
+    with_lines([rel, rec_obj | {"id": "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e60"}], {"relationships": 1, "records": 2},
+               "out of order", "order")
+    with_lines([{"kind": "tenant", "name": None}], {"tenants": 2}, "tenant appears twice", "duptenant")
+    with_lines([], {}, "unknown variant", "policy1", after_tenant=[{"kind": "policy", "policy": {"mode": "Bogus"}}])
+    with_lines([], {}, "maxResults", "policy0",
+               after_tenant=[{"kind": "policy", "policy": {"mode": "PolicyEnforced", "maxResults": 0}}])
+    with_lines([], {}, "out of order", "policy2", after_tenant=[{"kind": "policy", "policy": {"mode": "PolicyEnforced"}}] * 2)
+    # names a store may hold from before the limits on new names are kept
+    long = "p" * 1500
+    renamed = [dict(o, name=long) if o is prop_obj else o for o in objs]
+    renamed = [dict(o, properties={long: o["properties"]["x"]}, propertyTypes={long: "number"}) if o is rec_obj else o
+               for o in renamed]
+    (tmp_path / "long.jsonl").write_text("\n".join(json.dumps(o) for o in renamed) + "\n")
+    p = _export(["restore", str(tmp_path / "long.jsonl"), "--data-dir", str(tmp_path / "long")])
+    assert p.returncode == 0, p.stderr
+    # a file where the directory should be is refused before anything is read
+    (tmp_path / "afile").write_text("x")
+    p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "afile")])
+    assert p.returncode == 1 and "not a directory" in p.stderr
+    # another restore into the same directory holds its lock
+    with open(tmp_path / "held.restore-lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "held")])
+        assert p.returncode == 1 and "another restore" in p.stderr, p.stderr
+    p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "held")])
+    assert p.returncode == 0, p.stderr
+    assert not (tmp_path / "held.restore-lock").exists()

@@ -457,8 +457,10 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         Key::tenant(self.tenant, kind)
     }
 
-    /// Adds to a counter; the stored value changes in `finish` (nothing in a batch reads
-    /// counters before then).
+    /// Adds to a counter; the stored value changes in `finish`. Reads within a batch see the
+    /// values from before it: the link shortcut (`surely_new`) and `property_holders` (a
+    /// property delete, in a batch of property deletes only, whose record rewrites leave every
+    /// other property's counters where they were) rely on exactly that.
     pub(super) fn add_count(&mut self, key: Vec<u8>, delta: i64) -> Result<()> {
         *self.counts.entry(key).or_default() += delta;
         Ok(())

@@ -396,7 +396,12 @@ fn method_name(m: &Method) -> &'static str {
 }
 
 /// Dispatches on path; returns the route template (for metrics) and the response.
-async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, HttpResponse) {
+async fn route(state: &HttpState, mut req: Request<Bytes>) -> (&'static str, HttpResponse) {
+    // HEAD is GET without the body (RFC 9110 §9.3.2): hyper, which read the request line,
+    // sends the answer's headers only.
+    if req.method() == Method::HEAD {
+        *req.method_mut() = Method::GET;
+    }
     let path = req.uri().path().trim_end_matches('/').to_string();
     let path = if path.is_empty() {
         "/".to_string()

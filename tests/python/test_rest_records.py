@@ -7,6 +7,7 @@ Tests share one engine per module; each uses its own labels and property names.
 import re
 
 import pytest
+import requests
 
 from conftest import (DEV_TOKEN, REASON, assert_protocol_error, assert_rest_error, is_uuid_v7,
                       unchanged, unique)
@@ -23,6 +24,19 @@ def test_health_is_open(module_api):
     r = module_api.get("/health", auth=False)
     assert r.status_code == 200
     assert r.json() == {"status": "ok"}
+
+
+def test_head_is_get_without_the_body(module_api):
+    """RFC 9110: a server answers HEAD wherever it answers GET (load balancers probe with it)."""
+    r = requests.head(module_api.engine.url + "/health", timeout=10)
+    assert r.status_code == 200 and r.content == b"" and r.headers["content-length"] == "15"
+    rid = module_api.create(unique("HEAD"), {"a": 1})
+    h = {"Authorization": f"Bearer {DEV_TOKEN}"}
+    r = requests.head(f"{module_api.engine.url}/api/v1/records/{rid}", headers=h, timeout=10)
+    assert r.status_code == 200 and r.content == b""
+    assert int(r.headers["content-length"]) == len(module_api.get(f"/api/v1/records/{rid}").content)
+    assert requests.head(f"{module_api.engine.url}/api/v1/records/{rid}", timeout=10).status_code == 401
+    assert requests.head(f"{module_api.engine.url}/api/v1/tx", headers=h, timeout=10).status_code == 404
 
 
 def test_settings_is_open(module_api):

@@ -128,9 +128,10 @@ fn export_open(store: &Store, file: &Path) -> Result<Counts, String> {
 /// Ops written per batch (each batch is one durable write).
 const BATCH: usize = 2000;
 
-/// The longest snapshot line a restore reads (a record past it cannot have been written
-/// through a request, whose body is at most 32 MiB by default).
-pub const MAX_LINE_BYTES: usize = 256 << 20;
+/// The longest snapshot line a restore reads: twice a request body's default cap (a record
+/// is written by requests of at most that size; its line escapes some characters). Reading
+/// and restoring a line takes several times its size in memory.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
 
 /// The lines of a snapshot, each at most `MAX_LINE_BYTES` (a longer one is an error, not an
 /// allocation the size of the file); a trailing `\r` is dropped.
@@ -182,14 +183,31 @@ fn parent_of(path: &Path) -> PathBuf {
 /// Restores `file` (`-`: standard input) into `dir`, which must not exist or be an empty
 /// directory. The store is built in `DIR.restoring` beside it and renamed to `dir` once
 /// whole, so an interrupted restore (even kill -9) never leaves a partial store under `dir`;
-/// the next restore removes such a leftover. `DIR.restore-lock` keeps two restores into one
-/// directory apart.
+/// the next restore removes such a leftover. A lock on the parent directory keeps two
+/// restores apart.
 pub fn restore(dir: &Path, opts: StoreOptions, file: &Path) -> Result<String, String> {
     // `new/.` and `new/` name `new`.
     let dir: PathBuf = dir.components().collect();
-    match std::fs::metadata(&dir) {
+    // One restore at a time into the directories of one parent: a lock on the parent (no
+    // lock file to leave behind), taken before anything about the target is looked at.
+    let parent = parent_of(&dir);
+    let lock = std::fs::File::open(&parent)
+        .map_err(|e| format!("cannot open {}: {e}", parent.display()))?;
+    if lock.try_lock().is_err() {
+        return Err(format!(
+            "another restore into {} is running (it holds a lock on the directory)",
+            parent.display()
+        ));
+    }
+    match std::fs::symlink_metadata(&dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(format!(
+                "{} is a symbolic link: give the directory it names",
+                dir.display()
+            ));
+        }
         Ok(m) if !m.is_dir() => {
             return Err(format!("{} is not a directory", dir.display()));
         }
@@ -209,22 +227,7 @@ pub fn restore(dir: &Path, opts: StoreOptions, file: &Path) -> Result<String, St
         .ok_or_else(|| format!("{} names no directory", dir.display()))?
         .to_string_lossy()
         .into_owned();
-    let lock_path = dir.with_file_name(format!("{name}.restore-lock"));
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
-    if lock.try_lock().is_err() {
-        return Err(format!(
-            "another restore into {} is running (it holds {})",
-            dir.display(),
-            lock_path.display()
-        ));
-    }
     let result = restore_locked(&dir, &name, opts, file);
-    let _ = std::fs::remove_file(&lock_path);
     drop(lock);
     result
 }
@@ -301,6 +304,25 @@ fn restore_locked(
     ))
 }
 
+/// A restored tenant may not declare a property no record holds (the engine never keeps
+/// one: a property goes with its last holder).
+fn unheld_property(store: &Store, tenant: &Tenant) -> Result<(), String> {
+    let Some(t) = store.tenant_id(tenant) else {
+        return Ok(());
+    };
+    let snap = store.snapshot().map_err(|e| e.message)?;
+    let props = crate::store::records::properties(&snap, t).map_err(|e| e.message)?;
+    match props.iter().find(|p| p.records_count == 0) {
+        Some(p) => Err(format!(
+            "property {} ({} {}) is declared but no record of the tenant holds it",
+            p.id,
+            p.name,
+            p.ty.name()
+        )),
+        None => Ok(()),
+    }
+}
+
 fn restore_lines(
     store: &Store,
     multi: bool,
@@ -349,6 +371,9 @@ fn restore_lines(
         }
         if matches!(item, Item::Tenant(_) | Item::End(_)) {
             flush(&tenant, &mut ops, first_line, n - 1)?;
+            if let Some(t) = &tenant {
+                unheld_property(store, t).map_err(|e| format!("line {n}: {e}"))?;
+            }
         }
         let rank = match &item {
             Item::Tenant(_) | Item::End(_) => 0,
@@ -376,6 +401,9 @@ fn restore_lines(
                     return Err(format!("line {n}: the tenant appears twice"));
                 }
                 (phase, property_ids, vectors) = (0, Default::default(), Default::default());
+                // A tenant exists from its first write: this one makes a tenant without
+                // data (its records deleted) exist too, as it did in the store exported.
+                ops.push(WriteOp::SetPolicy(None));
                 tenant = Some(match (multi, name) {
                     (false, None) => Tenant::Single,
                     (true, Some(name)) => {

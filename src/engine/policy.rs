@@ -115,14 +115,19 @@ pub fn from_request(mode: &str, doc: Option<&PolicyDocument>) -> Result<Installe
 }
 
 /// Checks a stored policy as `policy set` would have (a restored snapshot's policy line):
-/// it must read back and be exactly what `from_request` makes of itself.
+/// it must be exactly the JSON the engine stores for a policy, and what `from_request`
+/// makes of itself.
 pub fn check_stored(bytes: &[u8]) -> Result<()> {
     let p: Installed = serde_json::from_slice(bytes)
         .map_err(|e| Error::invalid(format!("not a data-access policy ({e})")))?;
     let shown = to_json(Some(&p));
     let doc: PolicyDocument = crate::protocol::decode(shown["policy"].clone(), "policy")?;
     let again = from_request(shown["mode"].as_str().unwrap_or_default(), Some(&doc))?;
-    let same = serde_json::to_value(&again).ok() == serde_json::to_value(&p).ok();
+    // The bytes as given must be exactly what the engine writes for it: no field unknown,
+    // misspelt or by position (serde would read a struct from an array).
+    let given: Option<Value> = serde_json::from_slice(bytes).ok();
+    let stored = serde_json::to_value(&p).ok();
+    let same = serde_json::to_value(&again).ok() == stored && given == stored;
     if !same {
         return Err(Error::invalid(
             "not a data-access policy the engine stores (set it again with policy set)",

@@ -511,7 +511,9 @@ pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
 /// hold the sum times 2^-64 when `scaled`. Before a value or the running sum reaches
 /// [`SCALE_AT`] (so before any intermediate sum could overflow), every partial is scaled down
 /// by 2^-64 (exact, but for partials far below the sum's last bit), and later values are
-/// scaled as they come: a sum past the float range is still known, and its mean still exact.
+/// scaled as they come: a sum past the float range is still known, and its mean too. The
+/// price: once scaled, parts of the sum below about 2^-958 (which scale to subnormals) lose
+/// bits or vanish, so such a sum is no longer exact below them.
 #[derive(Debug, Clone, Default)]
 struct ExactSum {
     partials: Vec<f64>,

@@ -282,6 +282,11 @@ fn props(v: &Value) -> Result<BTreeMap<String, PropValue>> {
     let types = field(v, "propertyTypes")?
         .as_object()
         .ok_or_else(|| Error::invalid("propertyTypes must be an object"))?;
+    if let Some(extra) = types.keys().find(|k| !values.contains_key(*k)) {
+        return Err(Error::invalid(format!(
+            "propertyTypes.{extra} names no property of properties"
+        )));
+    }
     let mut out = BTreeMap::new();
     for (name, value) in values {
         stored_name("a property name", name)?;

@@ -96,6 +96,10 @@ def test_multitenant_snapshot_keeps_tenants_apart(engine_factory, tmp_path):
         for i in range(n):
             r = requests.post(f"{e.url}/api/v1/records", json={"label": "T", "data": {"i": i, "t": tenant}}, headers=h)
             assert r.status_code == 201, r.text
+    # a tenant whose records were all deleted still exists, and comes back
+    h = {"Authorization": f"Bearer {DEV_TOKEN}", "X-Service-Tenant": "emptied"}
+    rid = requests.post(f"{e.url}/api/v1/records", json={"label": "T", "data": {"i": 0}}, headers=h).json()["data"]["id"]
+    assert requests.delete(f"{e.url}/api/v1/records/{rid}", headers=h).status_code == 200
     h = {"Authorization": f"Bearer {DEV_TOKEN}", "X-Service-Tenant": "acme"}
     r = requests.post(f"{e.url}/protocol/v1/execute", headers=h, json={
         "protocolVersion": 1, "context": {"scope": "acme"},
@@ -110,6 +114,8 @@ def test_multitenant_snapshot_keeps_tenants_apart(engine_factory, tmp_path):
     p = _export(["export", str(snap), "--data-dir", str(e.data_dir)])
     assert p.returncode == 0, p.stderr
     assert json.loads(snap.read_text().splitlines()[0])["multitenant"] is True
+    names = [json.loads(x)["name"] for x in snap.read_text().splitlines() if '"kind":"tenant"' in x]
+    assert sorted(names) == ["acme", "beta co", "emptied"]
     dst_dir = tmp_path / "mt-restored"
     p = _export(["--restore", str(snap), "--data-dir", str(dst_dir)])
     assert p.returncode == 0, p.stderr
@@ -127,6 +133,9 @@ def test_multitenant_snapshot_keeps_tenants_apart(engine_factory, tmp_path):
         "protocolVersion": 1, "context": {"scope": "acme"},
         "operation": {"kind": "policy", "policy": {"kind": "get"}}}).json()["response"]
     assert got == policy
+    d.stop()
+    again = _export(["export", "-", "--data-dir", str(dst_dir)])
+    assert again.stdout.splitlines()[1:] == snap.read_text().splitlines()[1:]
 
 
 def test_backup_operation_is_the_tenants_snapshot(engine_factory, tmp_path):
@@ -280,7 +289,18 @@ def test_restore_checks_lines_and_targets(engine_factory, tmp_path):
     with_lines([], {}, "unknown variant", "policy1", after_tenant=[{"kind": "policy", "policy": {"mode": "Bogus"}}])
     with_lines([], {}, "maxResults", "policy0",
                after_tenant=[{"kind": "policy", "policy": {"mode": "PolicyEnforced", "maxResults": 0}}])
-    with_lines([], {}, "out of order", "policy2", after_tenant=[{"kind": "policy", "policy": {"mode": "PolicyEnforced"}}] * 2)
+    stored_form = {"mode": "PolicyEnforced", "allowedLabels": None, "deniedRelationshipTypes": [],
+                   "visibleProperties": {}, "maxResults": 5}
+    with_lines([], {}, "out of order", "policy2", after_tenant=[{"kind": "policy", "policy": stored_form}] * 2)
+    for bad_policy in ({"mode": "PolicyEnforced", "maxResults": 5, "bogus": 1}, {"mode": "PolicyEnforced", "max_results": 3},
+                       ["PolicyEnforced", ["A"], [], {}, 1]):
+        with_lines([], {}, "policy", "policy3", after_tenant=[{"kind": "policy", "policy": bad_policy}])
+    with_lines([], {"properties": 2}, "no record of the tenant holds it", "unheld",
+               after_tenant=[{"kind": "property", "id": "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e61", "name": "ghost", "type": "string"}])
+    typed = [dict(o, propertyTypes=dict(o["propertyTypes"], extra="string")) if o is rec_obj else o for o in objs]
+    (tmp_path / "typed.jsonl").write_text("\n".join(json.dumps(o) for o in typed) + "\n")
+    p = _export(["restore", str(tmp_path / "typed.jsonl"), "--data-dir", str(tmp_path / "typed")])
+    assert p.returncode == 1 and "propertyTypes.extra" in p.stderr, p.stderr
     # names a store may hold from before the limits on new names are kept
     long = "p" * 1500
     renamed = [dict(o, name=long) if o is prop_obj else o for o in objs]
@@ -293,11 +313,19 @@ def test_restore_checks_lines_and_targets(engine_factory, tmp_path):
     (tmp_path / "afile").write_text("x")
     p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "afile")])
     assert p.returncode == 1 and "not a directory" in p.stderr
-    # another restore into the same directory holds its lock
-    with open(tmp_path / "held.restore-lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    # another restore beside it holds the parent directory's lock
+    import os
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "held")])
         assert p.returncode == 1 and "another restore" in p.stderr, p.stderr
+    finally:
+        os.close(fd)
     p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "held")])
     assert p.returncode == 0, p.stderr
-    assert not (tmp_path / "held.restore-lock").exists()
+    # a symbolic link as the target is refused before anything is read
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "link")])
+    assert p.returncode == 1 and "symbolic link" in p.stderr

@@ -891,19 +891,31 @@ fn value_cmp(a: &Value, b: &Value) -> Ordering {
             };
             num_cmp(&s(x), &s(y))
         }
-        (Value::String(x), Value::String(y)) => match (iso_year(x), iso_year(y)) {
-            (Some((ya, ra)), Some((yb, rb))) => ya.cmp(&yb).then_with(|| ra.cmp(rb)),
-            _ => x.cmp(y),
-        },
+        (Value::String(x), Value::String(y)) => x.cmp(y),
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         _ => rank(a).cmp(&rank(b)),
     }
 }
 
+/// The order of a time bucket's values: its texts by year, then the rest (`-0001-12-31T...`,
+/// `+10000-01-01T...`: as texts `+10000` would come first and `-0002` after `-0001`); a text
+/// of another shape after every bucket text, by text. A total order (the year and rest of a
+/// bucket text determine it). Other values as `value_cmp`.
+fn bucket_cmp(a: &Value, b: &Value) -> Ordering {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => {
+            let key = |s: &str| match iso_year(s) {
+                Some((year, rest)) => (0, year, rest.to_string()),
+                None => (1, 0, s.to_string()),
+            };
+            key(x).cmp(&key(y)).then_with(|| x.cmp(y))
+        }
+        _ => value_cmp(a, b),
+    }
+}
+
 /// The year and the rest of an ISO 8601 date-time text (`2024-05-01T...`, and the expanded
-/// years of time buckets, `-0001-12-31T...`, `+10000-01-01T...`), so bucket starts order by
-/// time: as texts, `+10000` would come first and `-0002` after `-0001`. For four-digit years
-/// this is the texts' own order.
+/// years of time buckets).
 fn iso_year(s: &str) -> Option<(i64, &str)> {
     let (sign, body) = match s.as_bytes().first()? {
         b'+' => (1, &s[1..]),
@@ -922,12 +934,21 @@ fn iso_year(s: &str) -> Option<(i64, &str)> {
     Some((sign * body[..digits].parse::<i64>().ok()?, rest))
 }
 
-fn sort_rows(rows: &mut [Map<String, Value>], order: &[(String, bool)]) {
+/// Orders rows by `order`'s keys; a key that names a time bucket in `agg` orders by time.
+fn sort_rows(agg: &Aggregation, rows: &mut [Map<String, Value>], order: &[(String, bool)]) {
     if order.is_empty() {
         return;
     }
+    let bucket: Vec<bool> = order
+        .iter()
+        .map(|(k, _)| {
+            agg.defs
+                .iter()
+                .any(|d| &d.name == k && matches!(d.func, AggFn::TimeBucket { .. }))
+        })
+        .collect();
     rows.sort_by(|a, b| {
-        for (k, desc) in order {
+        for ((k, desc), bucket) in order.iter().zip(&bucket) {
             let (x, y) = (
                 a.get(k).unwrap_or(&Value::Null),
                 b.get(k).unwrap_or(&Value::Null),
@@ -937,7 +958,11 @@ fn sort_rows(rows: &mut [Map<String, Value>], order: &[(String, bool)]) {
                 (true, false) => Ordering::Greater,
                 (false, true) => Ordering::Less,
                 _ => {
-                    let o = value_cmp(x, y);
+                    let o = if *bucket {
+                        bucket_cmp(x, y)
+                    } else {
+                        value_cmp(x, y)
+                    };
                     if *desc {
                         o.reverse()
                     } else {
@@ -978,7 +1003,7 @@ pub fn fields(agg: &Aggregation) -> Option<Vec<String>> {
 }
 
 fn page(agg: &Aggregation, mut rows: Vec<Map<String, Value>>) -> (Vec<Value>, u64) {
-    sort_rows(&mut rows, &agg.order);
+    sort_rows(agg, &mut rows, &agg.order);
     let total = rows.len() as u64;
     let page = rows
         .into_iter()
@@ -1172,7 +1197,7 @@ fn rows_of(
     }
     if agg.order.is_empty() {
         let dims: Vec<(String, bool)> = agg.dims.iter().map(|(n, _)| (n.clone(), false)).collect();
-        sort_rows(&mut rows, &dims);
+        sort_rows(agg, &mut rows, &dims);
     }
     Ok(page(agg, rows))
 }
@@ -1545,7 +1570,7 @@ mod tests {
         .iter()
         .map(|s| json!(s))
         .collect();
-        v.sort_by(value_cmp);
+        v.sort_by(bucket_cmp);
         let got: Vec<&str> = v.iter().filter_map(Value::as_str).collect();
         assert_eq!(
             got,
@@ -1559,6 +1584,32 @@ mod tests {
             ]
         );
         assert_eq!(value_cmp(&json!("b"), &json!("a")), Ordering::Greater);
+        // A total order over bucket texts and any others (a sort would panic on a cycle):
+        // check transitivity and antisymmetry over a mix.
+        let mix: Vec<Value> = [
+            "+10000-01-01T00:00:00Z",
+            "2020-01-01T00:00:00Z",
+            "1",
+            "02024-01-01Tx",
+            "-0001x",
+            "2024-05-01T0",
+            "+2024-05-01T0",
+            "",
+            "zzz",
+        ]
+        .iter()
+        .map(|s| json!(s))
+        .collect();
+        for a in &mix {
+            for b in &mix {
+                assert_eq!(bucket_cmp(a, b), bucket_cmp(b, a).reverse());
+                for c in &mix {
+                    if bucket_cmp(a, b).is_lt() && bucket_cmp(b, c).is_lt() {
+                        assert!(bucket_cmp(a, c).is_lt(), "{a} < {b} < {c}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -215,6 +215,12 @@ def test_time_buckets_outside_four_digit_years_are_iso_8601(module_api):
                                "aggregate": {"t": {"fn": "timeBucket", "field": "d", "granularity": "day"}, "n": {"fn": "count"}}})
     # grouped rows come in time order (as texts, "+10000" would sort first)
     assert [r["t"] for r in out["data"]] == ["-0001-12-31T00:00:00Z", "2020-05-05T00:00:00Z", "+10000-01-01T00:00:00Z"]
+    # a string property whose values merely look like such texts groups in text order
+    odd = unique("ODD")
+    values = ["2020-01-01T00:00:00Z", "+10000-01-01T00:00:00Z", "1", "-0001x", "02024-01-01Tx", "zz"] * 3
+    seed(module_api, odd, [{"s": v} for v in values])
+    out = rows_of(module_api, {"labels": [odd], "groupBy": ["$record.s"], "aggregate": {"n": {"fn": "count"}}})
+    assert [r["s"] for r in out["data"]] == sorted(set(values)) and all(r["n"] == 3 for r in out["data"])
 
 
 def test_min_max_datetimes_by_instant(module_api):

@@ -128,10 +128,10 @@ fn export_open(store: &Store, file: &Path) -> Result<Counts, String> {
 /// Ops written per batch (each batch is one durable write).
 const BATCH: usize = 2000;
 
-/// The longest snapshot line a restore reads: twice a request body's default cap (a record
-/// is written by requests of at most that size; its line escapes some characters). Reading
-/// and restoring a line takes several times its size in memory.
-pub const MAX_LINE_BYTES: usize = 64 << 20;
+/// The longest snapshot line a restore reads (a record's line; edits can grow a record past
+/// any one request's size). Reading and restoring a line takes several times its size in
+/// memory; the cap keeps a damaged file (one without newlines) from taking the machine.
+pub const MAX_LINE_BYTES: usize = 1 << 30;
 
 /// The lines of a snapshot, each at most `MAX_LINE_BYTES` (a longer one is an error, not an
 /// allocation the size of the file); a trailing `\r` is dropped.
@@ -191,13 +191,21 @@ pub fn restore(dir: &Path, opts: StoreOptions, file: &Path) -> Result<String, St
     // One restore at a time into the directories of one parent: a lock on the parent (no
     // lock file to leave behind), taken before anything about the target is looked at.
     let parent = parent_of(&dir);
+    std::fs::create_dir_all(&parent)
+        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     let lock = std::fs::File::open(&parent)
         .map_err(|e| format!("cannot open {}: {e}", parent.display()))?;
-    if lock.try_lock().is_err() {
-        return Err(format!(
-            "another restore into {} is running (it holds a lock on the directory)",
-            parent.display()
-        ));
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(format!(
+                "another restore into {} is running (it holds a lock on the directory)",
+                parent.display()
+            ))
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("cannot lock {}: {e}", parent.display()))
+        }
     }
     match std::fs::symlink_metadata(&dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -306,7 +314,11 @@ fn restore_locked(
 
 /// A restored tenant may not declare a property no record holds (the engine never keeps
 /// one: a property goes with its last holder).
-fn unheld_property(store: &Store, tenant: &Tenant) -> Result<(), String> {
+fn unheld_property(
+    store: &Store,
+    tenant: &Tenant,
+    lines: &std::collections::HashMap<uuid::Uuid, usize>,
+) -> Result<(), String> {
     let Some(t) = store.tenant_id(tenant) else {
         return Ok(());
     };
@@ -314,7 +326,8 @@ fn unheld_property(store: &Store, tenant: &Tenant) -> Result<(), String> {
     let props = crate::store::records::properties(&snap, t).map_err(|e| e.message)?;
     match props.iter().find(|p| p.records_count == 0) {
         Some(p) => Err(format!(
-            "property {} ({} {}) is declared but no record of the tenant holds it",
+            "line {}: property {} ({} {}) is declared but no record of the tenant holds it",
+            lines.get(&p.id).copied().unwrap_or_default(),
             p.id,
             p.name,
             p.ty.name()
@@ -351,7 +364,8 @@ fn restore_lines(
     // record or relationship id is refused by the store when written).
     let mut tenants_seen = std::collections::HashSet::new();
     let mut phase = 0;
-    let mut property_ids = std::collections::HashSet::new();
+    // Property id -> its line (an unheld property is named at its line).
+    let mut property_ids = std::collections::HashMap::new();
     let mut vectors = std::collections::HashSet::new();
     let mut n = 1;
     let mut ended = None;
@@ -372,7 +386,7 @@ fn restore_lines(
         if matches!(item, Item::Tenant(_) | Item::End(_)) {
             flush(&tenant, &mut ops, first_line, n - 1)?;
             if let Some(t) = &tenant {
-                unheld_property(store, t).map_err(|e| format!("line {n}: {e}"))?;
+                unheld_property(store, t, &property_ids)?;
             }
         }
         let rank = match &item {
@@ -429,7 +443,7 @@ fn restore_lines(
                 ops.push(WriteOp::SetPolicy(Some(p)));
             }
             Item::Property { id, name, ty } => {
-                if !property_ids.insert(id) {
+                if property_ids.insert(id, n).is_some() {
                     return Err(format!("line {n}: property {id} appears twice"));
                 }
                 ops.push(WriteOp::DeclareProperty { id, name, ty });

@@ -114,23 +114,35 @@ pub fn from_request(mode: &str, doc: Option<&PolicyDocument>) -> Result<Installe
     Ok(out)
 }
 
-/// Checks a stored policy as `policy set` would have (a restored snapshot's policy line):
-/// it must be exactly the JSON the engine stores for a policy, and what `from_request`
-/// makes of itself.
+/// Checks a stored policy (a restored snapshot's policy line): it must be exactly the JSON
+/// the engine stores for a policy (no field unknown, misspelt or given by position: serde
+/// would read a struct from an array), with `maxResults` at least 1 and no empty name. Names
+/// are not held to the limits on new names again: the store may hold labels from before
+/// them, and a policy naming them with it.
 pub fn check_stored(bytes: &[u8]) -> Result<()> {
     let p: Installed = serde_json::from_slice(bytes)
         .map_err(|e| Error::invalid(format!("not a data-access policy ({e})")))?;
-    let shown = to_json(Some(&p));
-    let doc: PolicyDocument = crate::protocol::decode(shown["policy"].clone(), "policy")?;
-    let again = from_request(shown["mode"].as_str().unwrap_or_default(), Some(&doc))?;
-    // The bytes as given must be exactly what the engine writes for it: no field unknown,
-    // misspelt or by position (serde would read a struct from an array).
     let given: Option<Value> = serde_json::from_slice(bytes).ok();
-    let stored = serde_json::to_value(&p).ok();
-    let same = serde_json::to_value(&again).ok() == stored && given == stored;
-    if !same {
+    if given != serde_json::to_value(&p).ok() {
         return Err(Error::invalid(
             "not a data-access policy the engine stores (set it again with policy set)",
+        ));
+    }
+    if p.max_results == Some(0) {
+        return Err(Error::invalid("policy.maxResults: must be at least 1"));
+    }
+    // Labels and types as `policy set` refuses them empty (property lists take any text).
+    let names = p
+        .allowed_labels
+        .iter()
+        .flatten()
+        .chain(&p.denied_relationship_types);
+    if names
+        .chain(p.visible_properties.keys())
+        .any(String::is_empty)
+    {
+        return Err(Error::invalid(
+            "policy: a label or relationship type is empty",
         ));
     }
     Ok(())

@@ -503,9 +503,9 @@ pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
 }
 
 /// An exact running sum of floats (Shewchuk's non-overlapping partials, as Python's
-/// `math.fsum`), rounded once when read: the result does not depend on the order the values
-/// came in, so a sum split across threads and merged equals the one-pass sum, and it is the
-/// correctly rounded sum.
+/// `math.fsum`), rounded once when read: below 2^1020 the result does not depend on the order
+/// the values came in, so a sum split across threads and merged equals the one-pass sum, and
+/// it is the correctly rounded sum (past it, see `scaled`).
 ///
 /// Invariant: `partials` are finite, non-zero (but the last), increasing in magnitude, and
 /// hold the sum times 2^-64 when `scaled`. Before a value or the running sum reaches
@@ -513,7 +513,8 @@ pub fn bucket_start(t: Instant, g: Granularity, size: i64) -> i64 {
 /// by 2^-64 (exact, but for partials far below the sum's last bit), and later values are
 /// scaled as they come: a sum past the float range is still known, and its mean too. The
 /// price: once scaled, parts of the sum below about 2^-958 (which scale to subnormals) lose
-/// bits or vanish, so such a sum is no longer exact below them.
+/// bits or vanish, so such a sum is no longer exact below them, and whether it scales depends
+/// on the order (an intermediate sum may reach `SCALE_AT` in one order only).
 #[derive(Debug, Clone, Default)]
 struct ExactSum {
     partials: Vec<f64>,

@@ -287,15 +287,24 @@ def test_restore_checks_lines_and_targets(engine_factory, tmp_path):
                "out of order", "order")
     with_lines([{"kind": "tenant", "name": None}], {"tenants": 2}, "tenant appears twice", "duptenant")
     with_lines([], {}, "unknown variant", "policy1", after_tenant=[{"kind": "policy", "policy": {"mode": "Bogus"}}])
-    with_lines([], {}, "maxResults", "policy0",
-               after_tenant=[{"kind": "policy", "policy": {"mode": "PolicyEnforced", "maxResults": 0}}])
     stored_form = {"mode": "PolicyEnforced", "allowedLabels": None, "deniedRelationshipTypes": [],
                    "visibleProperties": {}, "maxResults": 5}
+    with_lines([], {}, "maxResults", "policy0",
+               after_tenant=[{"kind": "policy", "policy": dict(stored_form, maxResults=0)}])
     with_lines([], {}, "out of order", "policy2", after_tenant=[{"kind": "policy", "policy": stored_form}] * 2)
-    for bad_policy in ({"mode": "PolicyEnforced", "maxResults": 5, "bogus": 1}, {"mode": "PolicyEnforced", "max_results": 3},
-                       ["PolicyEnforced", ["A"], [], {}, 1]):
-        with_lines([], {}, "policy", "policy3", after_tenant=[{"kind": "policy", "policy": bad_policy}])
-    with_lines([], {"properties": 2}, "no record of the tenant holds it", "unheld",
+    for i, bad_policy in enumerate(({"mode": "PolicyEnforced", "maxResults": 5, "bogus": 1},
+                                    {"mode": "PolicyEnforced", "max_results": 3},
+                                    ["PolicyEnforced", ["A"], [], {}, 1],
+                                    dict(stored_form, allowedLabels=[""]))):
+        needle = "label or relationship type is empty" if i == 3 else "not a data-access policy"
+        with_lines([], {}, needle, f"policy3-{i}", after_tenant=[{"kind": "policy", "policy": bad_policy}])
+    # a policy naming a label longer than new labels may be (the store may hold one) is kept
+    long_label = dict(stored_form, allowedLabels=["L" * 1500])
+    body = [*lines[:2], json.dumps({"kind": "policy", "policy": long_label}), *lines[2:]]
+    (tmp_path / "longpolicy.jsonl").write_text("\n".join(body) + "\n")
+    p = _export(["restore", str(tmp_path / "longpolicy.jsonl"), "--data-dir", str(tmp_path / "longpolicy")])
+    assert p.returncode == 0, p.stderr
+    with_lines([], {"properties": 2}, "line 3: property 0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e61 (ghost string) is declared", "unheld",
                after_tenant=[{"kind": "property", "id": "0190d5c2-8e3a-7b4c-9d2e-1a2b3c4d5e61", "name": "ghost", "type": "string"}])
     typed = [dict(o, propertyTypes=dict(o["propertyTypes"], extra="string")) if o is rec_obj else o for o in objs]
     (tmp_path / "typed.jsonl").write_text("\n".join(json.dumps(o) for o in typed) + "\n")
@@ -323,6 +332,9 @@ def test_restore_checks_lines_and_targets(engine_factory, tmp_path):
     finally:
         os.close(fd)
     p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "held")])
+    assert p.returncode == 0, p.stderr
+    # a missing parent is created
+    p = _export(["restore", str(snap), "--data-dir", str(tmp_path / "new" / "parent" / "data")])
     assert p.returncode == 0, p.stderr
     # a symbolic link as the target is refused before anything is read
     (tmp_path / "real").mkdir()

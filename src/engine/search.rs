@@ -70,6 +70,11 @@ fn merge_sample(e: &mut SchemaEntry, ty: PropType, items: &[crate::model::Scalar
 
 type SchemaRows = BTreeMap<(String, PropType, String), SchemaEntry>;
 
+/// Whether `describe schema` covers `label`: every label without a `labels` scope.
+fn label_in_scope(scope: &[String], label: &str) -> bool {
+    scope.is_empty() || scope.iter().any(|s| s == label)
+}
+
 /// `describe schema` without a predicate: label counts from the counters; per (property,
 /// label) the count from its counter and samples, min and max from the ends of its value
 /// index. Sampled records are decoded once and kept for the other properties (the same few
@@ -81,7 +86,7 @@ fn schema_from_indexes<R: crate::store::kv::KvRead>(
     ids: &BTreeMap<(String, PropType), uuid::Uuid>,
     scope: &[String],
 ) -> Result<(BTreeMap<String, u64>, SchemaRows)> {
-    let in_scope = |l: &str| scope.is_empty() || scope.iter().any(|s| s == l);
+    let in_scope = |l: &str| label_in_scope(scope, l);
     let mut label_counts = BTreeMap::new();
     for (l, c) in rstore::label_counts(snap, t)? {
         if in_scope(&l) {
@@ -589,7 +594,7 @@ impl Engine {
             ));
         };
         let scope: Vec<String> = doc.and_then(|d| d.labels.clone()).unwrap_or_default();
-        let in_scope = |l: &str| scope.is_empty() || scope.iter().any(|s| s == l);
+        let in_scope = |l: &str| label_in_scope(&scope, l);
         let ids: BTreeMap<(String, PropType), uuid::Uuid> =
             rstore::properties(&self.store.snapshot()?, t)?
                 .into_iter()

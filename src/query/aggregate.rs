@@ -586,17 +586,16 @@ impl ExactSum {
 
     /// The sum: an infinity when it is beyond the float range.
     fn value(&self) -> f64 {
-        let v = self.rounded();
-        if self.scaled {
-            v * UP
-        } else {
-            v
-        }
+        self.unscaled(self.rounded())
     }
 
     /// The sum divided by `n`, computed in the sum's scale (so finite whenever the mean is).
     fn mean(&self, n: u64) -> f64 {
-        let v = self.rounded() / n as f64;
+        self.unscaled(self.rounded() / n as f64)
+    }
+
+    /// `v`, a figure in the sum's scale, in the values' own.
+    fn unscaled(&self, v: f64) -> f64 {
         if self.scaled {
             v * UP
         } else {

@@ -47,7 +47,7 @@ impl Counts {
     }
 }
 
-pub fn header(multitenant: bool) -> Value {
+fn header(multitenant: bool) -> Value {
     json!({"format": FORMAT, "engineVersion": env!("CARGO_PKG_VERSION"),
            "storageFormatVersion": super::STORAGE_FORMAT_VERSION, "multitenant": multitenant})
 }

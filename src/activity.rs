@@ -9,15 +9,47 @@
 //! Invariant: the count is the number of live `Serving` guards; every front end runs each
 //! request inside `serve`, which holds one until the request is answered, so a request being
 //! handled is never missing from it (it may briefly count one that is already answered).
+//!
+//! It also runs requests within their time budget (`within`), which never cancels a write
+//! the writer has been handed.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
 tokio::task_local! {
     /// Set for the future of a request run by `serve` (not for tasks it spawns).
     static IN_REQUEST: ();
+    /// Set for work run by `within`: whether it has handed a write to the writer.
+    static HANDED_OFF: Cell<bool>;
+}
+
+/// `work` within the time budget `budget`, or `None` once the budget has passed.
+///
+/// Invariant: a budget never turns a write into an error answer. Once `work` has handed a
+/// write to the writer (`write_handed_off`), the write commits whatever happens to the
+/// request, so the budget is waived and `work` runs to its answer, which tells the write's
+/// outcome. A request that answers `None` (the front ends' 408 `timeout`) wrote nothing.
+pub async fn within<F: Future>(budget: Duration, work: F) -> Option<F::Output> {
+    HANDED_OFF
+        .scope(Cell::new(false), async move {
+            let mut work = std::pin::pin!(work);
+            match tokio::time::timeout(budget, &mut work).await {
+                Ok(out) => Some(out),
+                Err(_) if HANDED_OFF.with(Cell::get) => Some(work.await),
+                Err(_) => None,
+            }
+        })
+        .await
+}
+
+/// Marks the caller's budgeted work (`within`) as having handed a write to the writer; a
+/// no-op outside one (background tasks, the CLI).
+pub fn write_handed_off() {
+    let _ = HANDED_OFF.try_with(|h| h.set(true));
 }
 
 /// Runs a request's future counted as in flight, and marked as a request's own work.
@@ -75,6 +107,40 @@ mod tests {
             assert!(!spawned);
         })
         .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_is_waived_once_a_write_is_handed_off() {
+        let budget = Duration::from_millis(10);
+        let slow = || tokio::time::sleep(Duration::from_millis(50));
+        // Past the budget without a write: no answer.
+        assert_eq!(
+            within(budget, async {
+                slow().await;
+                1
+            })
+            .await,
+            None
+        );
+        // A write handed off before the budget passed: the work runs to its answer.
+        let wrote = async {
+            write_handed_off();
+            slow().await;
+            2
+        };
+        assert_eq!(within(budget, wrote).await, Some(2));
+        // Each budget starts clean: a nested one does not inherit the outer one's mark.
+        let outer = async {
+            write_handed_off();
+            within(budget, async {
+                slow().await;
+                3
+            })
+            .await
+        };
+        assert_eq!(within(Duration::from_secs(1), outer).await, Some(None));
+        // Outside any budget the mark is a no-op.
+        write_handed_off();
     }
 
     #[test]

@@ -178,7 +178,7 @@ impl FileConfig {
         }
         let cfg: FileConfig = table
             .try_into()
-            .map_err(|e: toml::de::Error| e.to_string())?;
+            .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())?;
         cfg.validate()?;
         Ok(cfg)
     }

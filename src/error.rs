@@ -23,6 +23,28 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code of the table.
+    pub const ALL: [ErrorCode; 13] = [
+        ErrorCode::InvalidArgument,
+        ErrorCode::NotFound,
+        ErrorCode::Unauthenticated,
+        ErrorCode::PermissionDenied,
+        ErrorCode::Unauthorized,
+        ErrorCode::ScopeMismatch,
+        ErrorCode::Conflict,
+        ErrorCode::TransactionExpired,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::Timeout,
+        ErrorCode::TooManyRequests,
+        ErrorCode::Unsupported,
+        ErrorCode::Internal,
+    ];
+
+    /// The code named `code` (its `as_str`), if the table has it.
+    pub fn parse(code: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::InvalidArgument => "invalid_argument",

@@ -24,7 +24,7 @@ struct Batches {
 
 fn format_of(args: &ImportArgs) -> Result<String, String> {
     if let Some(f) = &args.format {
-        return Ok(f.clone());
+        return Ok(f.to_ascii_lowercase());
     }
     let ext = Path::new(&args.file)
         .extension()
@@ -119,7 +119,10 @@ fn csv_batches(text: &str, args: &ImportArgs) -> Result<Batches, String> {
                 return Err(format!(
                     "{}: malformed CSV at line {}: the row has {} fields, the header {}",
                     args.file.display(),
-                    row.position().map_or(0, |p| p.line()),
+                    row.position().map_or(0, |p| crate::bulk::csv::record_line(
+                        text.as_bytes(),
+                        p.byte() as usize
+                    )),
                     row.len(),
                     header.len()
                 ));
@@ -191,9 +194,9 @@ type HttpClient = Client<HttpConnector, Full<Bytes>>;
 /// Why a batch failed, and whether the server said so.
 struct Failure {
     message: String,
-    /// The server answered with an error: the batch wrote nothing. Otherwise (no answer, a
-    /// dropped connection, a timeout, an answer that is not an ingest result) the batch may
-    /// or may not have been written.
+    /// The engine refused the batch (a 4xx in its error envelope): the batch wrote nothing.
+    /// Otherwise (no answer, a dropped connection, a timeout, a 5xx, an answer that is not
+    /// the engine's, such as a proxy's error page) it may or may not have been written.
     refused: bool,
 }
 
@@ -240,13 +243,22 @@ async fn send_once(
         req = req.header("x-service-tenant", t);
     }
     let body = serde_json::to_vec(&envelope).map_err(|e| Failure::unknown(e.to_string()))?;
+    let bytes_sent = body.len();
     let req = req
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| Failure::unknown(e.to_string()))?;
-    let resp = client
-        .request(req)
-        .await
-        .map_err(|e| Failure::unknown(format!("cannot reach {}: {e}", args.url)))?;
+    let resp = client.request(req).await.map_err(|e| {
+        // A server refuses a body over its cap with 413 before reading it and closes the
+        // connection, which a client still sending sees as a dropped connection.
+        let hint = if bytes_sent > LARGE_BATCH_BYTES {
+            format!(
+                " (the batch was {bytes_sent} bytes: if that is over the server's body cap, limits.max_body_bytes, default 32 MiB, lower --batch-size)"
+            )
+        } else {
+            String::new()
+        };
+        Failure::unknown(format!("cannot reach {}: {e}{hint}", args.url))
+    })?;
     let status = resp.status();
     let bytes = resp
         .into_body()
@@ -267,7 +279,7 @@ async fn send_once(
             .unwrap_or_else(text);
         return Err(Failure {
             message: format!("HTTP {} {code}: {msg}", status.as_u16()),
-            refused: true,
+            refused: engine_refusal(status.as_u16(), &v),
         });
     }
     // Only the engine's ingest result counts as written (a proxy's or another server's 2xx
@@ -281,6 +293,23 @@ async fn send_once(
             text()
         ))),
     }
+}
+
+/// Batches above this size get a hint about the body cap when their connection drops.
+const LARGE_BATCH_BYTES: usize = 1 << 20;
+
+/// Whether an error answer is the engine refusing the batch, which then wrote nothing: a
+/// 4xx in the Protocol v1 error envelope whose code the table renders as that status. The
+/// engine validates a batch before it writes, and its time budget never cuts a write short
+/// (408 means nothing was written). A 5xx, or any other page (a proxy's), says nothing
+/// about what was written.
+fn engine_refusal(status: u16, answer: &Value) -> bool {
+    let code = answer["error"]["code"]
+        .as_str()
+        .and_then(crate::error::ErrorCode::parse);
+    (400..500).contains(&status)
+        && answer["protocolVersion"] == 1
+        && code.is_some_and(|c| c.http_status() == status)
 }
 
 fn progress(total: usize, quiet: bool) -> ProgressBar {

@@ -127,11 +127,23 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
         }
         crate::log::warn("running with the development token `dev-token`: set --token or SERVICE_TOKEN outside local development");
     }
-    // gRPC: on a multitenant engine only loopback (SPEC.md "Tenant selection").
-    if cfg.file.multitenant && !grpc_addr.ip().is_loopback() {
-        return Err(format!(
-            "refusing to bind gRPC to non-loopback address {grpc_addr} on a multitenant engine (it takes only the bootstrap token)"
-        ));
+    // gRPC, SQL wire and Bolt: on a multitenant engine only loopback (SPEC.md "Tenant
+    // selection"), checked for SQL wire and Bolt too although their listeners are not
+    // started yet, so a configuration that starts today keeps starting when they are.
+    if cfg.file.multitenant {
+        let pg_addr = parse_addr("SQL wire", &cfg.file.listen.pg)?;
+        let bolt_addr = parse_addr("Bolt", &cfg.file.listen.bolt)?;
+        for (kind, addr) in [
+            ("gRPC", grpc_addr),
+            ("SQL wire", pg_addr),
+            ("Bolt", bolt_addr),
+        ] {
+            if !addr.ip().is_loopback() {
+                return Err(format!(
+                    "refusing to bind {kind} to non-loopback address {addr} on a multitenant engine (it takes only the bootstrap token)"
+                ));
+            }
+        }
     }
     // Every refusal comes before the store opens: a refused start leaves no data directory
     // behind (nor fixes the tenancy mode of a new one). Connections that arrive while the

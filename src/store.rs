@@ -1028,6 +1028,9 @@ impl Store {
         };
         let (reply, mut rx) = oneshot::channel();
         let req = WriteRequest { tenant, ops, reply };
+        // From here the batch commits even if the caller goes away: its request's time
+        // budget no longer applies (`activity::within`).
+        crate::activity::write_handed_off();
         let inline = match workers {
             Some(w) => self.commit_inline(req, w),
             None => Inline::Queue(req),

@@ -223,6 +223,13 @@ fn line_of(data: &[u8], byte: usize) -> usize {
     line
 }
 
+/// The 1-based line a CSV record starts on, from the byte position the `csv` reader reports
+/// for it (the reader's own line count misses `\r` line ends). The CLI loader names lines
+/// with it as the server does.
+pub fn record_line(data: &[u8], position: usize) -> usize {
+    line_of(data, skip_blank_lines(data, position).1)
+}
+
 /// A record's reported start is where the reader resumed: after the previous row's first
 /// terminator byte, before any empty lines it skipped. Returns (empty lines, content start).
 fn skip_blank_lines(data: &[u8], mut at: usize) -> (usize, usize) {

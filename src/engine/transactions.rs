@@ -312,6 +312,34 @@ async fn expire(h: Handle, store: Arc<store::Store>, txs: Arc<Transactions>) {
     txs.remove(&g.id, g.deadline);
 }
 
+/// Commits a locked transaction's staged writes in one durable batch and records its end.
+async fn finish_commit(
+    store: Arc<store::Store>,
+    transactions: Arc<Transactions>,
+    mut g: tokio::sync::OwnedMutexGuard<Open>,
+) -> TxOutcome {
+    g.ended = true;
+    let ops = commit_ops(&mut g);
+    let outcome = match store.write(g.tenant.clone(), ops).await {
+        Ok(_) => TxOutcome {
+            id: g.id,
+            status: "committed",
+            retryable: false,
+            reason: None,
+        },
+        Err(e) => TxOutcome {
+            id: g.id,
+            status: "aborted",
+            retryable: e.code == ErrorCode::Conflict,
+            reason: Some(e.message),
+        },
+    };
+    // Remembered before the id leaves the open set (as an expiry is).
+    transactions.record_end(&g.tenant, &outcome);
+    transactions.remove(&g.id, g.deadline);
+    outcome
+}
+
 /// Record ids a write op changes (their committed versions join the transaction's set).
 fn written_ids(op: &WriteOp) -> Vec<Uuid> {
     match op {
@@ -437,27 +465,16 @@ impl Engine {
     }
 
     pub(super) async fn commit(&self, tenant: &Tenant, id: &str) -> Result<TxOutcome> {
-        let mut g = self.locked(tenant, id).await?;
-        g.ended = true;
-        let ops = commit_ops(&mut g);
-        let outcome = match self.store.write(g.tenant.clone(), ops).await {
-            Ok(_) => TxOutcome {
-                id: g.id,
-                status: "committed",
-                retryable: false,
-                reason: None,
-            },
-            Err(e) => TxOutcome {
-                id: g.id,
-                status: "aborted",
-                retryable: e.code == ErrorCode::Conflict,
-                reason: Some(e.message),
-            },
-        };
-        // Remembered before the id leaves the open set (as an expiry is).
-        self.transactions.record_end(&g.tenant, &outcome);
-        self.transactions.remove(&g.id, g.deadline);
-        Ok(outcome)
+        let g = self.locked(tenant, id).await?;
+        // The commit's write and its bookkeeping run as a task of their own: once the write
+        // is handed to the writer it commits whatever happens to the request (a client that
+        // hangs up drops the request's future), and the transaction must then still be
+        // recorded as ended. Marked here too, since the budget's mark does not cross tasks.
+        crate::activity::write_handed_off();
+        let (store, transactions) = (self.store.clone(), self.transactions.clone());
+        tokio::spawn(finish_commit(store, transactions, g))
+            .await
+            .map_err(|e| Error::internal(format!("transaction commit task: {e}")))
     }
 
     pub(super) async fn rollback(&self, tenant: &Tenant, id: &str) -> Result<Uuid> {

@@ -102,14 +102,15 @@ impl GrpcEngine {
         Ok((credential, tenant))
     }
 
-    /// `work` within the request time budget (the engine's `timeout` error past it).
+    /// `work` within the request time budget (the engine's `timeout` error past it, unless it
+    /// has handed a write to the writer: `activity::within`).
     async fn within<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        tokio::time::timeout(self.budget, work)
+        crate::activity::within(self.budget, work)
             .await
-            .unwrap_or_else(|_| Err(crate::wire::over_budget(self.budget)))
+            .unwrap_or_else(|| Err(crate::wire::over_budget(self.budget)))
     }
 }
 

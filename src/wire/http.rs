@@ -329,10 +329,10 @@ pub async fn handle(
     };
     // Boxed: the routes' future is ~8 KiB, and each wrapper below (and hyper, which moves
     // this handler's future into its connection state) would otherwise copy it again.
-    let work = crate::activity::serve(Box::pin(work));
-    let (route, resp) = match tokio::time::timeout(timeout, work).await {
-        Ok(r) => r,
-        Err(_) => ("timeout", early_error(&super::over_budget(timeout))),
+    let work = crate::activity::serve(crate::activity::within(timeout, Box::pin(work)));
+    let (route, resp) = match work.await {
+        Some(r) => r,
+        None => ("timeout", early_error(&super::over_budget(timeout))),
     };
     let mut resp = resp;
     if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {

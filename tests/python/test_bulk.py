@@ -742,6 +742,64 @@ def test_cli_loader_claims_nothing_it_was_not_told(tmp_path, answer):
     assert ("no answer within 1 s" if answer is None else "not an ingest result") in out.stderr
 
 
+@pytest.mark.parametrize("answer,refused", [
+    ((504, b"<html>504 Gateway Time-out</html>"), False),
+    ((502, b'{"error":{"code":"invalid_argument","message":"from a proxy"}}'), False),
+    ((500, b'{"protocolVersion":1,"error":{"code":"internal","message":"boom"}}'), False),
+    ((400, b'{"protocolVersion":1,"error":{"code":"timeout","message":"408 is not 400"}}'), False),
+    ((408, b'{"protocolVersion":1,"error":{"code":"timeout","message":"request exceeded its budget"}}'), True),
+    ((400, b'{"protocolVersion":1,"error":{"code":"invalid_argument","message":"documents[0]: bad"}}'), True),
+], ids=["proxy-504", "proxy-502-json", "engine-500", "code-status-mismatch", "engine-408", "engine-400"])
+def test_cli_loader_counts_only_engine_refusals_as_nothing_written(tmp_path, answer, refused):
+    """Only a 4xx in the engine's error envelope (its code rendered as that status) says the
+    batch wrote nothing; a 5xx or another server's page leaves it unknown."""
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(10)))
+    stub = _StubServer(answer)
+    try:
+        out = loader(None, "--label", "X", str(path), "--url", stub.url, "--timeout", "5", "--quiet")
+    finally:
+        stub.close()
+    assert out.returncode == 1, out
+    assert f"failed: HTTP {answer[0]}" in out.stderr, out.stderr
+    expected = "the failing batch wrote nothing" if refused else "may or may not have been written"
+    assert expected in out.stderr, out.stderr
+
+
+def test_a_timed_out_write_wrote_nothing(engine_factory, tmp_path):
+    """408 `timeout` means nothing was written: a request that has handed its write to the
+    writer when its budget runs out is answered with the write's outcome. Imports of many
+    sizes under a 30 ms budget: every 200 is counted and every 408 left nothing behind."""
+    import time
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text("schema_version = 1\n[limits]\nrequest_timeout_ms = 30\n")
+    e = engine_factory.start(extra_args=["--config", str(cfg)])
+    api = e.client()
+
+    def total():
+        for _ in range(100):  # the count itself may run out of budget
+            r = api.post("/api/v1/labels/search", {})
+            if r.status_code == 200:
+                return r.json()["data"].get("BUDGET", 0)
+            assert r.status_code == 408, r.text
+        raise AssertionError("no label count within 100 tries")
+
+    accepted, answers = 0, {200: 0, 408: 0}
+    for n in [200, 500, 1000, 2000, 4000, 8000] * 3:
+        r = api.post("/protocol/v1/execute", {"protocolVersion": 1, "operation": {"kind": "ingest", "ingest": {
+            "kind": "documents", "label": "BUDGET", "documents": [{"i": i, "s": "x%d" % i} for i in range(n)]}}})
+        assert r.status_code in (200, 408), r.text
+        answers[r.status_code] += 1
+        if r.status_code == 200:
+            assert r.json()["response"]["count"] == n
+            accepted += n
+        else:
+            assert r.json()["error"]["code"] == "timeout"
+    time.sleep(0.5)  # a write cut off from its answer would land by now
+    assert total() == accepted, answers
+    assert answers[408] > 0, answers  # the budget did cut some imports short
+
+
 def test_cli_loader_interrupted_reports_how_far_it_got(module_engine, module_api, tmp_path):
     """Ctrl-C stops sending; the batches in flight finish, and the summary says how many
     documents were imported, which the store then holds."""
@@ -814,6 +872,17 @@ def test_cli_loader_reports_the_failing_batch(module_engine, module_api, tmp_pat
     out = loader(module_engine, "--label", label + "L", str(long_row), "--url", module_engine.url,
                  env_extra={"SERVICE_TOKEN": DEV_TOKEN})
     assert out.returncode == 2 and "malformed CSV at line 3: the row has 3 fields, the header 2" in out.stderr, out.stderr
+    # Lines end in \r\n or \r as well: the loader names the same line as the server does.
+    for text, line in [(b"a,b\r\n1,2\r\n4,5,6\r\n", 3), (b"a,b\r1,2\r4,5,6\r", 3),
+                       (b'a,b\r\n1,2\r\n"x\r\ny",3\r\n\r\n4,5,6\r\n', 6)]:
+        crlf = tmp_path / "crlf.data"
+        crlf.write_bytes(text)
+        out = loader(module_engine, "--label", label + "L", "--format", "CSV", str(crlf), "--url", module_engine.url,
+                     env_extra={"SERVICE_TOKEN": DEV_TOKEN})
+        expected = f"malformed CSV at line {line}: the row has 3 fields, the header 2"
+        assert out.returncode == 2 and expected in out.stderr, (text, out.stderr)
+        r = module_api.post("/api/v1/records/import/csv", {"label": label + "L", "data": text.decode()})
+        assert r.status_code == 400 and expected in r.json()["message"], (text, r.text)
     short_row = tmp_path / "short.csv"
     short_row.write_text("a,b\n1,2\n3\n")
     out = loader(module_engine, "--label", label + "S", str(short_row), "--url", module_engine.url,

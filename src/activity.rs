@@ -109,7 +109,7 @@ mod tests {
         .await;
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_budget_is_waived_once_a_write_is_handed_off() {
         let budget = Duration::from_millis(10);
         let slow = || tokio::time::sleep(Duration::from_millis(50));

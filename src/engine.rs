@@ -407,6 +407,17 @@ impl Engine {
         let (mut op, mut tx, mut staged_get) = (env.operation, env.transaction, None);
         if let Operation::Transaction(TransactionOp::Stage(s)) = op {
             staged_get = Some(matches!(s.mutation, StagedMutation::GetRecord(_)));
+            // A transaction header naming another transaction than the payload is refused,
+            // as two different headers are (the one would silently win over the other).
+            if let Some(h) = tx.as_deref() {
+                let id = |s: &str| uuid::Uuid::parse_str(s.trim()).ok();
+                if id(h).is_none_or(|h| Some(h) != id(&s.transaction_id)) && h != s.transaction_id {
+                    return Err(Error::invalid(format!(
+                        "X-Transaction-Id names transaction {h} but stage names {}: send one, or the same",
+                        s.transaction_id
+                    )));
+                }
+            }
             tx = Some(s.transaction_id);
             op = transactions::staged_operation(s.mutation)?;
         }

@@ -737,6 +737,8 @@ pub struct StagedUpdate {
     pub properties: Option<Map<String, Value>>,
     #[serde(default)]
     pub replace: Option<bool>,
+    #[serde(default)]
+    pub options: Option<WriteOptions>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

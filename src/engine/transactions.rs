@@ -118,7 +118,7 @@ pub struct TxOutcome {
 pub(super) fn not_staged(what: &str) -> Error {
     Error::new(
         ErrorCode::Unsupported,
-        format!("{what} cannot run inside a transaction (X-Transaction-Id): transactions take record creates, updates, retypes and deletes by id, relationship attach and detach by id, imports, and reads by id, search and relationship lists; run it outside the transaction"),
+        format!("{what} cannot run inside a transaction: transactions take record creates, updates, retypes and deletes by id, relationship attach and detach by id, imports, and reads by id, search and relationship lists; run it outside the transaction"),
     )
 }
 
@@ -292,14 +292,12 @@ async fn expire(h: Handle, store: Arc<store::Store>, txs: Arc<Transactions>) {
         match store.write(g.tenant.clone(), ops).await {
             Ok(_) => Expiry::Committed,
             Err(e) => {
+                let (retryable, reason) = commit_refusal(e);
                 crate::log::warn(&format!(
-                    "autocommit of transaction {} at expiry failed: {}",
-                    g.id, e.message
+                    "autocommit of transaction {} at expiry failed: {reason}",
+                    g.id
                 ));
-                Expiry::Refused {
-                    retryable: e.code == ErrorCode::Conflict,
-                    reason: e.message,
-                }
+                Expiry::Refused { retryable, reason }
             }
         }
     } else {
@@ -327,17 +325,40 @@ async fn finish_commit(
             retryable: false,
             reason: None,
         },
-        Err(e) => TxOutcome {
-            id: g.id,
-            status: "aborted",
-            retryable: e.code == ErrorCode::Conflict,
-            reason: Some(e.message),
-        },
+        Err(e) => {
+            let (retryable, reason) = commit_refusal(e);
+            TxOutcome {
+                id: g.id,
+                status: "aborted",
+                retryable,
+                reason: Some(reason),
+            }
+        }
     };
     // Remembered before the id leaves the open set (as an expiry is).
     transactions.record_end(&g.tenant, &outcome);
     transactions.remove(&g.id, g.deadline);
     outcome
+}
+
+/// Whether a transaction whose commit batch was refused may succeed if run again, and why it
+/// was refused. Every staged write was checked against the committed data when it was staged
+/// (a write refused then was not staged), so a refusal at commit comes from another commit in
+/// between: a conflict, a record a write needs deleted, an id it creates taken. Running the
+/// transaction again from its reads may then succeed: retryable. Only the store failing
+/// (`internal`) is not.
+fn commit_refusal(e: Error) -> (bool, String) {
+    match e.code {
+        ErrorCode::Conflict => (true, e.message),
+        ErrorCode::Internal => (false, e.message),
+        _ => (
+            true,
+            format!(
+                "another commit changed what this transaction's writes need after they were staged: {}",
+                e.message
+            ),
+        ),
+    }
 }
 
 /// Record ids a write op changes (their committed versions join the transaction's set).
@@ -418,7 +439,7 @@ impl Engine {
         let ttl = b.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
         if ttl == 0 || ttl > MAX_TTL_MS {
             return Err(Error::invalid(format!(
-                "ttl: {ttl} ms is outside 1..={MAX_TTL_MS} ms"
+                "ttl (ttlMs): {ttl} ms is outside 1..={MAX_TTL_MS} ms"
             )));
         }
         let id = Uuid::now_v7();
@@ -862,7 +883,7 @@ pub(super) fn staged_operation(m: StagedMutation) -> Result<Operation> {
             properties: u.properties,
             typed_properties: None,
             vectors: None,
-            options: None,
+            options: u.options,
         })),
         StagedMutation::RetypeRecord(r) => Operation::Mutate(Mutation::RetypeRecord(r)),
         StagedMutation::DeleteRecord(d) => Operation::Mutate(Mutation::DeleteRecord(d)),

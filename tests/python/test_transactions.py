@@ -417,6 +417,60 @@ def test_staged_creates_are_checked_against_each_other_and_read_back(module_api)
     assert module_api.record(ids[0])["i"] == 0
 
 
+def test_a_commit_that_lost_to_another_is_retryable_whatever_it_lost(module_api):
+    """Every staged write was checked when staged, so a commit refused later lost to another
+    commit: a record its link needs deleted since is as retryable as a changed record."""
+    label = unique("TXR")
+    a, b = module_api.create(label, {"v": 1}), module_api.create(label, {"v": 2})
+    tx = tx_op(module_api, {"kind": "begin"}).json()["response"]["transactionId"]
+    r = tx_op(module_api, {"kind": "stage", "transactionId": tx, "mutation": {
+        "kind": "createRelationship", "source": {"id": a}, "target": {"id": b}, "relationType": "KNOWS"}})
+    assert r.status_code == 200, r.text
+    assert module_api.delete(f"/api/v1/records/{b}").status_code == 200
+    out = tx_op(module_api, {"kind": "commit", "transactionId": tx}).json()["response"]
+    assert (out["status"], out["retryable"]) == ("aborted", True), out
+    assert b in out["reason"] and "another commit" in out["reason"], out
+    assert module_api.get(f"/api/v1/records/{a}/relationships").json()["data"]["total"] == 0
+
+
+def test_protocol_stage_header_and_update_options(module_api):
+    """A transaction header naming another transaction than `stage` is a 400 (nothing staged);
+    a staged `updateRecord` takes a create's write options."""
+    label = unique("TXSH")
+    rid = module_api.create(label, {"v": 1})
+    t1 = tx_op(module_api, {"kind": "begin"}).json()["response"]["transactionId"]
+    t2 = tx_op(module_api, {"kind": "begin"}).json()["response"]["transactionId"]
+    stage = {"kind": "transaction", "transaction": {"kind": "stage", "transactionId": t1, "mutation": {
+        "kind": "updateRecord", "record": {"id": rid}, "properties": {"v": 2, "e": ""},
+        "options": {"skipEmptyValues": True}}}}
+    r = module_api.post("/protocol/v1/execute", {"protocolVersion": 1, "operation": stage},
+                        headers={"X-Transaction-Id": t2})
+    assert_protocol_error(r, 400, "invalid_argument", message_contains=[t1, t2])
+    r = module_api.post("/protocol/v1/execute", {"protocolVersion": 1, "operation": stage},
+                        headers={"X-Transaction-Id": t1.upper()})
+    assert r.status_code == 200, r.text
+    out = tx_op(module_api, {"kind": "commit", "transactionId": t1}).json()["response"]
+    assert out["status"] == "committed", out
+    rec = module_api.record(rid)
+    assert rec["v"] == 2 and "e" not in rec, rec
+    tx_op(module_api, {"kind": "rollback", "transactionId": t2})
+
+
+def test_rest_begin_takes_autocommit(module_api):
+    """`autocommit` over REST as in Protocol v1: true commits at expiry; another type is a 400."""
+    for bad in ["true", 1, [], {}]:
+        r = module_api.post("/api/v1/tx", {"ttl": 1000, "autocommit": bad})
+        assert_rest_error(r, 400, "invalid_argument", message_contains=["autocommit"])
+    label = unique("TXAUTO")
+    tx = module_api.post("/api/v1/tx", {"ttl": 200, "autocommit": True}).json()["data"]["id"]
+    r = module_api.post("/api/v1/records", {"label": label, "data": {"v": 1}}, headers={"X-Transaction-Id": tx})
+    assert r.status_code in (200, 201), r.text
+    deadline = time.time() + 5
+    while time.time() < deadline and module_api.labels({}).get(label, 0) == 0:
+        time.sleep(0.05)
+    assert module_api.labels({}).get(label) == 1
+
+
 def test_protocol_commit_reports_conflict_and_expiry_as_outcomes(module_api):
     label = unique("TXO")
     rid = module_api.create(label, {"v": 1})

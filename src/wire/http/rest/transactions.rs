@@ -17,7 +17,7 @@ fn reference(id: &str) -> TransactionRef {
     }
 }
 
-/// `POST /tx {ttl?}`.
+/// `POST /tx {ttl?, autocommit?}`.
 pub async fn begin(
     state: &HttpState,
     meta: &RequestMeta,
@@ -35,10 +35,12 @@ pub async fn begin(
             })?)
         }
     };
-    let op = Operation::Transaction(TransactionOp::Begin(BeginOp {
-        ttl_ms,
-        autocommit: body.get("autocommit").and_then(Value::as_bool),
-    }));
+    let autocommit = match body.get("autocommit") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => return Err(Error::invalid("autocommit: expected true or false")),
+    };
+    let op = Operation::Transaction(TransactionOp::Begin(BeginOp { ttl_ms, autocommit }));
     match run(state, meta, op).await? {
         Outcome::TransactionBegun { id, ttl } => {
             Ok(ok(200, json!({"id": id.to_string(), "ttl": ttl})))

@@ -78,21 +78,16 @@ fn protocol_error(e: &Error) -> HttpResponse {
 /// Every credential the request sends, in order: each `Authorization: Bearer` value, then
 /// each `X-Service-Token` and `token` value. A request may repeat its credential, but only
 /// as the same token (`RequestMeta::from_headers`).
-fn credentials(h: &HeaderMap) -> Vec<String> {
-    let mut all: Vec<String> = h
-        .get_all("authorization")
-        .iter()
-        .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
-        .collect();
-    for n in ["x-service-token", "token"] {
-        all.extend(
-            h.get_all(n)
-                .iter()
-                .filter_map(|v| v.to_str().ok().map(str::to_string)),
-        );
-    }
-    all
-}
+/// The headers `RequestMeta` reads: the tenant (two names), the transaction, the credential
+/// (three names, `Authorization` first).
+const NAMES_READ: [&str; 6] = [
+    "x-service-tenant",
+    "x-rushdb-tenant",
+    "x-transaction-id",
+    "authorization",
+    "x-service-token",
+    "token",
+];
 
 /// Parts of a request that travel into the envelope.
 pub struct RequestMeta {
@@ -107,12 +102,20 @@ pub struct RequestMeta {
 
 impl RequestMeta {
     fn from_headers(h: &HeaderMap) -> Self {
+        // One pass over the headers (a request has a handful; a lookup by name hashes the
+        // name each time), each value of a name read here kept in the order sent.
+        let mut by_name: [Vec<&HeaderValue>; NAMES_READ.len()] = Default::default();
+        for (name, value) in h {
+            if let Some(i) = NAMES_READ.iter().position(|n| *n == name.as_str()) {
+                by_name[i].push(value);
+            }
+        }
         let mut unreadable = None;
-        let mut text = |names: &[&str], label: &str| {
+        let mut text = |of: std::ops::Range<usize>, label: &str| {
             let mut values = Vec::new();
-            for n in names {
-                for v in h.get_all(*n) {
-                    match crate::wire::header_text(n, v.as_bytes()) {
+            for i in of {
+                for v in &by_name[i] {
+                    match crate::wire::header_text(NAMES_READ[i], v.as_bytes()) {
                         Ok(s) => values.push(s.to_string()),
                         Err(e) => {
                             unreadable.get_or_insert(e);
@@ -126,14 +129,21 @@ impl RequestMeta {
                 .ok()
                 .flatten()
         };
-        let tenant = text(
-            &["x-service-tenant", "x-rushdb-tenant"],
-            "X-Service-Tenant and X-RushDB-Tenant",
-        );
-        let transaction = text(&["x-transaction-id"], "X-Transaction-Id");
-        // Different credentials are refused once the credential is checked; the first one
-        // sent stands for them meanwhile (a wrong one answers 401 as usual).
-        let all = credentials(h);
+        let tenant = text(0..2, "X-Service-Tenant and X-RushDB-Tenant");
+        let transaction = text(2..3, "X-Transaction-Id");
+        // Every credential sent, `Authorization: Bearer` first. Different credentials are
+        // refused once the credential is checked; the first one sent stands for them
+        // meanwhile (a wrong one answers 401 as usual).
+        let all: Vec<String> = by_name[3]
+            .iter()
+            .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
+            .chain(
+                by_name[4..]
+                    .iter()
+                    .flatten()
+                    .filter_map(|v| v.to_str().ok().map(str::to_string)),
+            )
+            .collect();
         let credential = all.first().cloned();
         if let Err(e) = crate::wire::one_value("Authorization, X-Service-Token and token", all) {
             unreadable.get_or_insert(e);

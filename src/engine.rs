@@ -411,7 +411,9 @@ impl Engine {
             // as two different headers are (the one would silently win over the other).
             if let Some(h) = tx.as_deref() {
                 let id = |s: &str| uuid::Uuid::parse_str(s.trim()).ok();
-                if id(h).is_none_or(|h| Some(h) != id(&s.transaction_id)) && h != s.transaction_id {
+                let same = h == s.transaction_id
+                    || id(h).is_some_and(|h| Some(h) == id(&s.transaction_id));
+                if !same {
                     return Err(Error::invalid(format!(
                         "X-Transaction-Id names transaction {h} but stage names {}: send one, or the same",
                         s.transaction_id

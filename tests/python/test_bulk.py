@@ -766,6 +766,20 @@ def test_cli_loader_counts_only_engine_refusals_as_nothing_written(tmp_path, ans
     assert expected in out.stderr, out.stderr
 
 
+def test_cli_loader_names_the_body_cap_for_a_batch_too_large(engine_factory, tmp_path):
+    """A batch over the server's body cap is refused with 413 before it is read; a client
+    still sending may see only the dropped connection, and the loader then names the batch's
+    size and --batch-size."""
+    e = engine_factory.start(extra_args=["--max-body-bytes", "1500000"])
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({"i": i, "pad": "p" * 100_000}) + "\n" for i in range(40)))
+    out = loader(e, "--label", "BIG", str(path), "--url", e.url, "--batch-size", "40", "--quiet")
+    assert out.returncode == 1, out
+    assert ("HTTP 413 payload_too_large" in out.stderr and "wrote nothing" in out.stderr) or (
+        "lower --batch-size" in out.stderr and "may or may not" in out.stderr), out.stderr
+    assert e.client().labels({}).get("BIG", 0) == 0
+
+
 def test_a_timed_out_write_wrote_nothing(engine_factory, tmp_path):
     """408 `timeout` means nothing was written: a request that has handed its write to the
     writer when its budget runs out is answered with the write's outcome. Imports of many

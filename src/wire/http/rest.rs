@@ -5,6 +5,7 @@ use super::{json_response, parse_json, rest_error, HttpResponse, HttpState, Requ
 use crate::engine::{Outcome, Transport};
 use crate::error::{Error, Result};
 use crate::model::infer::PropertyInput;
+use crate::model::Record;
 use bytes::Bytes;
 
 use crate::protocol::{
@@ -17,7 +18,7 @@ use hyper::{Method, Request};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::protocol::render::Flat;
+use crate::protocol::render;
 
 mod bulk;
 mod relationships;
@@ -74,6 +75,41 @@ pub(super) fn list<T: serde::Serialize>(
     } else {
         ok(200, Listed { data: items, total })
     }
+}
+
+/// `{"success": true, "data": record}`, the record written straight to bytes
+/// (`render::write_flat`, which keeps the flat record JSON off serde's per-field path).
+pub(super) fn ok_record(status: u16, r: &Record) -> HttpResponse {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"success\":true,\"data\":");
+    render::write_flat(&mut out, r);
+    out.push(b'}');
+    super::bytes_response(status, out)
+}
+
+/// `{"success": true, "data": [records]}`.
+pub(super) fn ok_records(status: u16, records: &[Record]) -> HttpResponse {
+    let mut out = Vec::with_capacity(64 + 256 * records.len());
+    out.extend_from_slice(b"{\"success\":true,\"data\":");
+    render::write_flat_list(&mut out, records);
+    out.push(b'}');
+    super::bytes_response(status, out)
+}
+
+/// A page of records, in the shape `list` gives any page.
+pub(super) fn list_records(state: &HttpState, records: &[Record], total: u64) -> HttpResponse {
+    let mut out = Vec::with_capacity(96 + 256 * records.len());
+    out.extend_from_slice(if state.flat_lists {
+        b"{\"success\":true,\"data\":"
+    } else {
+        b"{\"success\":true,\"data\":{\"data\":"
+    });
+    render::write_flat_list(&mut out, records);
+    out.extend_from_slice(format!(",\"total\":{total}}}").as_bytes());
+    if !state.flat_lists {
+        out.push(b'}');
+    }
+    super::bytes_response(200, out)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -234,7 +270,7 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
         (&Method::GET, ["records", id]) => ("/api/v1/records/{id}", {
             let op = Operation::Query(QueryOp::Record(RecordQuery { id: id.to_string() }));
             run(state, &meta, op).await.map(|o| match o {
-                Outcome::Record(r) => ok(200, Flat(&r)),
+                Outcome::Record(r) => ok_record(200, &r),
                 other => unexpected(other),
             })
         }),
@@ -478,7 +514,7 @@ async fn create(
         options: b.options,
     }));
     match run(state, meta, op).await? {
-        Outcome::Record(r) if return_result => Ok(ok(201, Flat(&r))),
+        Outcome::Record(r) if return_result => Ok(ok_record(201, &r)),
         Outcome::Record(r) => Ok(ok(
             201,
             json!({"id": r.id.to_string(), "message": "Record created"}),
@@ -503,7 +539,7 @@ async fn edit(
     }
     let op = edit_op(id, mode, parse_json(req.body(), &state.limits)?)?;
     match run(state, meta, op).await? {
-        Outcome::Record(r) => Ok(ok(201, Flat(&r))),
+        Outcome::Record(r) => Ok(ok_record(201, &r)),
         other => Ok(unexpected(other)),
     }
 }
@@ -518,9 +554,7 @@ async fn search(
         query: b.document(),
     }));
     match run(state, meta, op).await? {
-        Outcome::Records { records, total } => {
-            Ok(list(state, records.iter().map(Flat).collect(), total))
-        }
+        Outcome::Records { records, total } => Ok(list_records(state, &records, total)),
         Outcome::Rows { rows, total } => Ok(list(state, rows, total)),
         other => Ok(unexpected(other)),
     }

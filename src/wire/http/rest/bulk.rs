@@ -1,7 +1,7 @@
 //! REST bulk routes (SPEC.md import/export), each a translation into one Protocol v1
 //! operation: JSON and CSV import -> `ingest`, CSV export -> `query exportCsv`.
 
-use super::{decode_body, ok, run, unexpected, SearchBody};
+use super::{decode_body, ok, ok_records, run, unexpected, SearchBody};
 use crate::engine::Outcome;
 use crate::error::{Error, Result};
 use crate::protocol::{
@@ -13,8 +13,6 @@ use bytes::Bytes;
 use hyper::Request;
 use serde::Deserialize;
 use serde_json::{json, Value};
-
-use crate::protocol::render::Flat;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -65,7 +63,7 @@ fn imported(outcome: Outcome) -> HttpResponse {
     match outcome {
         Outcome::Ingested {
             records: Some(rs), ..
-        } => ok(201, rs.iter().map(Flat).collect::<Vec<_>>()),
+        } => ok_records(201, &rs),
         Outcome::Ingested { count, .. } => ok(
             201,
             json!({"message": format!("{count} record(s) imported"), "count": count}),

@@ -2,7 +2,7 @@
 //! v1 operation: attach -> `linkRecordsById`, detach -> `unlinkRecordsById`, create-many /
 //! delete-many -> `linkRecords` / `unlinkRecords`, list and search -> `query relationships`.
 
-use super::{decode_body, list, ok, run, unexpected, SearchBody};
+use super::{decode_body, list, list_records, ok, run, unexpected, SearchBody};
 use crate::engine::Outcome;
 use crate::error::{Error, Result};
 use crate::protocol::{
@@ -14,8 +14,6 @@ use bytes::Bytes;
 use hyper::Request;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-
-use crate::protocol::render::Flat;
 
 /// `targetIds` (required) or `typeOrTypes`: a string or an array of strings.
 fn one_or_many(v: Option<&Value>, what: &str) -> Result<Option<OneOrMany>> {
@@ -305,9 +303,7 @@ pub async fn search_related(
     query.related_to = Some(id.to_string());
     let op = Operation::Query(QueryOp::Records(DocQuery { query }));
     match run(state, meta, op).await? {
-        Outcome::Records { records, total } => {
-            Ok(list(state, records.iter().map(Flat).collect(), total))
-        }
+        Outcome::Records { records, total } => Ok(list_records(state, &records, total)),
         Outcome::Rows { rows, total } => Ok(list(state, rows, total)),
         other => Ok(unexpected(other)),
     }

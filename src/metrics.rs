@@ -1,6 +1,7 @@
 //! Request metrics in Prometheus text exposition. Labelled by route template and status,
 //! never by ids or tenants, so the series count is bounded by the route table.
 
+use crate::model::IdHash;
 use crate::store::memo::MemoStats;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -19,10 +20,12 @@ struct Latency {
     sum: f64,
 }
 
+/// Keyed by route templates, methods and statuses (a bounded set the engine names, never a
+/// client's input): hashed by the engine's one-multiply hasher instead of SipHash.
 #[derive(Default)]
 struct Inner {
-    requests: HashMap<(&'static str, &'static str, u16), u64>,
-    latency: HashMap<&'static str, Latency>,
+    requests: HashMap<(&'static str, &'static str, u16), u64, IdHash>,
+    latency: HashMap<&'static str, Latency, IdHash>,
 }
 
 #[derive(Default)]

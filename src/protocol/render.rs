@@ -125,38 +125,35 @@ fn put_value(out: &mut Vec<u8>, v: &crate::model::PropValue) {
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it.
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    if needs_escape(s.as_bytes()) {
+    let b = s.as_bytes();
+    if needs_escape(b) {
         let _ = serde_json::to_writer(&mut *out, s);
         return;
     }
-    out.reserve(s.len() + 2);
+    out.reserve(b.len() + 2);
     out.push(b'"');
-    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(b);
     out.push(b'"');
 }
 
-/// Whether serde_json escapes some byte of `b` (a control byte, `"` or `\\`); eight bytes at
-/// a time. May answer true for a string without one (it is then escaped by serde_json, the
-/// same), never false for one with one.
+/// Whether serde_json escapes some byte of `b` (a control byte, `"` or `\\`), eight bytes at
+/// a time (a string shorter than eight is widened with spaces; a longer one's last eight bytes
+/// are read whole, overlapping the chunk before). Exact either way.
 fn needs_escape(b: &[u8]) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
-    // Some byte of `x` is below `n` (n <= 128); exact as a yes/no.
+    // Some byte of `x` is below `n` (n <= 128), exactly.
     let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH != 0;
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        let x = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        if below(x, 0x20)
-            || below(x ^ (ONES * b'"' as u64), 1)
-            || below(x ^ (ONES * b'\\' as u64), 1)
-        {
-            return true;
-        }
+    let escapes = |x: u64| {
+        below(x, 0x20) || below(x ^ (ONES * b'"' as u64), 1) || below(x ^ (ONES * b'\\' as u64), 1)
+    };
+    let word = |c: &[u8]| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+    if b.len() < 8 {
+        let mut w = [b' '; 8];
+        w[..b.len()].copy_from_slice(b);
+        return escapes(word(&w));
     }
-    chunks
-        .remainder()
-        .iter()
-        .any(|&c| c < 0x20 || c == b'"' || c == b'\\')
+    b.chunks_exact(8).any(|c| escapes(word(c))) || escapes(word(&b[b.len() - 8..]))
 }
 
 pub fn record(r: &Record) -> Value {

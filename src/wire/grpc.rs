@@ -115,7 +115,7 @@ impl GrpcEngine {
 }
 
 /// The gRPC status for an engine error: the code from the one table, the message as is, and
-/// `{"code": "..."}` in the details.
+/// the engine code in the details (`rich_status`) and the `x-error-code` trailer.
 pub fn status(e: &Error) -> Status {
     let code = match e.code {
         ErrorCode::InvalidArgument | ErrorCode::ScopeMismatch => tonic::Code::InvalidArgument,
@@ -128,13 +128,59 @@ pub fn status(e: &Error) -> Status {
         ErrorCode::Unsupported => tonic::Code::Unimplemented,
         ErrorCode::Internal => tonic::Code::Internal,
     };
-    let details = serde_json::json!({"code": e.code.as_str()}).to_string();
+    let details = rich_status(code, &e.message, e.code.as_str());
     let mut s = Status::with_details(code, e.message.clone(), details.into());
     if let Ok(v) = e.code.as_str().parse() {
         s.metadata_mut().insert("x-error-code", v);
     }
     s
 }
+
+/// `google.rpc.Status` (the gRPC rich error model) for `grpc-status-details-bin`, which
+/// clients decode as one (grpc-go turns a trailer that is not into INTERNAL): the status code,
+/// the message, and one `google.rpc.ErrorInfo` detail whose `reason` is the engine code.
+fn rich_status(code: tonic::Code, message: &str, engine_code: &str) -> Vec<u8> {
+    use prost::Message;
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RpcStatus {
+        #[prost(int32, tag = "1")]
+        code: i32,
+        #[prost(string, tag = "2")]
+        message: String,
+        #[prost(message, repeated, tag = "3")]
+        details: Vec<Any>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Any {
+        #[prost(string, tag = "1")]
+        type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        value: Vec<u8>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct ErrorInfo {
+        #[prost(string, tag = "1")]
+        reason: String,
+        #[prost(string, tag = "2")]
+        domain: String,
+    }
+    let info = ErrorInfo {
+        reason: engine_code.to_string(),
+        domain: ERROR_DOMAIN.to_string(),
+    };
+    RpcStatus {
+        code: code as i32,
+        message: message.to_string(),
+        details: vec![Any {
+            type_url: "type.googleapis.com/google.rpc.ErrorInfo".into(),
+            value: info.encode_to_vec(),
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// `ErrorInfo.domain` of the engine's errors.
+const ERROR_DOMAIN: &str = "engine.v1";
 
 /// tonic answers a request message it cannot decode (not protobuf, a string field that is not
 /// UTF-8) with INTERNAL, which this engine keeps for its own faults: it is the client's input,

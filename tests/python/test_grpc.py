@@ -293,6 +293,26 @@ def test_a_stalled_stream_does_not_hold_up_calls_on_its_connection(module_engine
     assert seen == list(range(20_000))
 
 
+def test_error_details_are_a_google_rpc_status(module_engine, pb):
+    """`grpc-status-details-bin` is a google.rpc.Status, as gRPC clients decode it (grpc-go
+    turns one that is not into INTERNAL), with the engine code as its ErrorInfo's reason."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+    s = stub(module_engine, pb)
+    with pytest.raises(grpc.RpcError) as e:
+        s.Execute(env(pb, {"kind": "query", "query": {"kind": "record", "id": "not-a-uuid"}}), metadata=meta(), timeout=30)
+    st = rpc_status.from_call(e.value)
+    assert st is not None and st.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and st.message == e.value.details()
+    info = error_details_pb2.ErrorInfo()
+    assert len(st.details) == 1 and st.details[0].Unpack(info)
+    assert (info.reason, info.domain) == ("invalid_argument", "engine.v1")
+    with pytest.raises(grpc.RpcError) as e:
+        s.Execute(env(pb, {"kind": "describe", "describe": {"kind": "labels"}}), metadata=meta(token="wrong"), timeout=30)
+    st = rpc_status.from_call(e.value)
+    st.details[0].Unpack(info)
+    assert st.code == grpc.StatusCode.UNAUTHENTICATED.value[0] and info.reason == "unauthenticated"
+
+
 def test_limits_apply_over_grpc_as_over_http(engine_factory, pb, tmp_path):
     """The JSON nesting cap and the request time budget (docs/security.md, "Request limits")
     hold for gRPC calls: INVALID_ARGUMENT before parsing, and DEADLINE_EXCEEDED with the

@@ -82,24 +82,7 @@ impl GrpcEngine {
     /// The call's credential and tenant header, the credential checked (and bound to the
     /// tenant header on a multitenant engine).
     fn caller(&self, md: &MetadataMap) -> Result<(Option<String>, Option<String>), Error> {
-        // As over HTTP: the first value stands for the credential (and the tenant) while it
-        // is checked; different values are refused after that.
-        let credentials: Vec<String> = md
-            .get_all("authorization")
-            .iter()
-            .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
-            .collect();
-        let tenants = md
-            .get_all("x-service-tenant")
-            .iter()
-            .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()).map(str::to_string))
-            .collect::<Result<Vec<_>, Error>>()?;
-        let (credential, tenant) = (credentials.first().cloned(), tenants.first().cloned());
-        self.engine
-            .authenticate_for(credential.as_deref(), tenant.as_deref())?;
-        crate::wire::one_value("authorization", credentials)?;
-        crate::wire::one_value("x-service-tenant", tenants)?;
-        Ok((credential, tenant))
+        caller_of(&self.engine, md.as_ref())
     }
 
     /// `work` within the request time budget (the engine's `timeout` error past it, unless it
@@ -134,6 +117,31 @@ pub fn status(e: &Error) -> Status {
         s.metadata_mut().insert("x-error-code", v);
     }
     s
+}
+
+/// A call's credential and tenant header (metadata `authorization`, `x-service-tenant`), the
+/// credential checked (and bound to the tenant header on a multitenant engine).
+fn caller_of(
+    engine: &Engine,
+    headers: &hyper::HeaderMap,
+) -> Result<(Option<String>, Option<String>), Error> {
+    // As over HTTP: the first value stands for the credential (and the tenant) while it is
+    // checked; different values are refused after that.
+    let credentials: Vec<String> = headers
+        .get_all("authorization")
+        .iter()
+        .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
+        .collect();
+    let tenants = headers
+        .get_all("x-service-tenant")
+        .iter()
+        .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()).map(str::to_string))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let (credential, tenant) = (credentials.first().cloned(), tenants.first().cloned());
+    engine.authenticate_for(credential.as_deref(), tenant.as_deref())?;
+    crate::wire::one_value("authorization", credentials)?;
+    crate::wire::one_value("x-service-tenant", tenants)?;
+    Ok((credential, tenant))
 }
 
 /// `google.rpc.Status` (the gRPC rich error model) for `grpc-status-details-bin`, which
@@ -178,6 +186,9 @@ fn rich_status(code: tonic::Code, message: &str, engine_code: &str) -> Vec<u8> {
     }
     .encode_to_vec()
 }
+
+/// The path prefix of the engine service's methods.
+const ENGINE_METHODS: &str = "/engine.v1.Engine/";
 
 /// `ErrorInfo.domain` of the engine's errors.
 const ERROR_DOMAIN: &str = "engine.v1";
@@ -422,6 +433,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let max = limits.max_body_bytes.min(usize::MAX as u64) as usize;
+    let auth = engine.clone();
     let service = EngineServer::new(GrpcEngine {
         engine,
         max_depth: limits.max_json_depth,
@@ -451,10 +463,29 @@ pub async fn serve(
         .add_service(service)
         .prepare();
     let handler = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        // The engine's methods check the credential before tonic reads the message, so a
+        // caller without a valid one cannot make the server buffer it (UNAUTHENTICATED
+        // whatever the input, as over HTTP). Health and reflection stay open.
+        let refused = req
+            .uri()
+            .path()
+            .starts_with(ENGINE_METHODS)
+            .then(|| caller_of(&auth, req.headers()).err())
+            .flatten();
         let deadline = deadline(req.headers());
-        let call = crate::activity::serve(tonic::codegen::Service::call(&mut routes.clone(), req));
-        let call = async move { call.await.map(undecodable_is_invalid) };
+        let call = match refused {
+            Some(e) => Err(e),
+            None => {
+                let call =
+                    crate::activity::serve(tonic::codegen::Service::call(&mut routes.clone(), req));
+                Ok(async move { call.await.map(undecodable_is_invalid) })
+            }
+        };
         async move {
+            let call = match call {
+                Ok(call) => call,
+                Err(e) => return Ok(status(&e).into_http()),
+            };
             let Some(d) = deadline else { return call.await };
             match tokio::time::timeout(d, call).await {
                 Ok(answer) => answer,

@@ -293,6 +293,21 @@ def test_a_stalled_stream_does_not_hold_up_calls_on_its_connection(module_engine
     assert seen == list(range(20_000))
 
 
+def test_the_credential_is_checked_before_the_message_is_read(module_engine, pb):
+    """Without a valid credential an engine call is UNAUTHENTICATED whatever its message (not
+    decoded, not even read: no undecodable-message error, no size error)."""
+    channel = grpc.insecure_channel(module_engine.grpc_target, options=[("grpc.max_send_message_length", 64 << 20)])
+    raw_unary = channel.unary_unary("/engine.v1.Engine/Execute", request_serializer=None, response_deserializer=None)
+    for md in ([], [("authorization", "Bearer wrong")]):
+        for raw in (b"\xff\xff\xff", b"\x0a" + b"x" * (40 << 20)):
+            code, details, ec = error_of(lambda: raw_unary(raw, metadata=md, timeout=60))
+            assert (code, ec) == (grpc.StatusCode.UNAUTHENTICATED, "unauthenticated"), (md, len(raw), code, details)
+    # Health stays open.
+    from grpc_health.v1 import health_pb2_grpc
+    r = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+    assert r.status == health_pb2.HealthCheckResponse.SERVING
+
+
 def test_error_details_are_a_google_rpc_status(module_engine, pb):
     """`grpc-status-details-bin` is a google.rpc.Status, as gRPC clients decode it (grpc-go
     turns one that is not into INTERNAL), with the engine code as its ErrorInfo's reason."""

@@ -208,6 +208,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
     announce("grpc", grpc_bound);
     announce("http", bound);
 
+    let send_stall = Duration::from_millis(cfg.file.limits.request_timeout_ms);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let builder = http::connection_builder();
     tokio::pin!(signal);
@@ -216,7 +217,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
             stream = crate::wire::accept(&listener, "HTTP") => {
                 let state = state.clone();
                 let conn = builder.serve_connection(
-                    TokioIo::new(stream),
+                    crate::wire::stall::SendTimeout::new(TokioIo::new(stream), send_stall),
                     service_fn(move |req| http::handle(state.clone(), req)),
                 );
                 let conn = graceful.watch(conn);
@@ -230,13 +231,15 @@ pub async fn run(cfg: ServerConfig) -> Result<(), String> {
     drop(listener);
     crate::log::info("shutting down: finishing in-flight requests");
     let _ = grpc_stop.send(());
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    // HTTP and gRPC drain at once, within one deadline.
+    let drained_by = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    if tokio::time::timeout_at(drained_by, graceful.shutdown())
         .await
         .is_err()
     {
         crate::log::warn("some connections did not finish in time");
     }
-    match tokio::time::timeout(DRAIN_TIMEOUT, grpc).await {
+    match tokio::time::timeout_at(drained_by, grpc).await {
         Ok(Ok(Err(e))) => crate::log::warn(&e),
         Err(_) => crate::log::warn("some gRPC calls did not finish in time"),
         _ => {}

@@ -4,6 +4,7 @@
 
 pub mod grpc;
 pub mod http;
+pub mod stall;
 
 use crate::error::{Error, Result};
 

@@ -433,6 +433,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let max = limits.max_body_bytes.min(usize::MAX as u64) as usize;
+    let send_stall = std::time::Duration::from_millis(limits.request_timeout_ms);
     let auth = engine.clone();
     let service = EngineServer::new(GrpcEngine {
         engine,
@@ -505,7 +506,13 @@ pub async fn serve(
             stream = crate::wire::accept(&listener, "gRPC") => {
                 let inbox = StreamInbox::default();
                 let conn = http2_builder(inbox.clone())
-                    .serve_connection(Unvectored(TokioIo::new(stream)), handler.clone());
+                    .serve_connection(
+                        Unvectored(crate::wire::stall::SendTimeout::new(
+                            TokioIo::new(stream),
+                            send_stall,
+                        )),
+                        handler.clone(),
+                    );
                 let mut stop = stop_rx.clone();
                 tokio::spawn(async move {
                     let mut driven = Driven::new(conn, inbox);

@@ -311,6 +311,46 @@ def test_a_large_body_without_a_credential_is_refused_before_it_is_read(engine):
     assert_rest_error(r, 401, "unauthenticated")
 
 
+def test_a_peer_that_stops_reading_is_disconnected(engine_factory, tmp_path):
+    """An answer that makes no progress for the request time budget (a client that never
+    reads) ends its connection, so the server does not hold the answer for as long as the
+    client likes; a client that reads gets the whole answer."""
+    import socket
+    import time
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text("schema_version = 1\n[limits]\nrequest_timeout_ms = 1000\n")
+    e = engine_factory.start(extra_args=["--config", str(cfg)])
+    api = e.client()
+    label = unique("STALL")
+    for i in range(200):
+        api.create(label, {"i": i, "pad": "p" * 100_000})
+    host, port = e.url.removeprefix("http://").split(":")
+    body = json.dumps({"labels": [label], "limit": 1000}).encode()
+    request = (f"POST /api/v1/records/search HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEV_TOKEN}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+
+    def fetch(wait):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 10)
+            s.connect((host, int(port)))
+            s.sendall(request)
+            time.sleep(wait)
+            s.settimeout(10)
+            got = 0
+            try:
+                while chunk := s.recv(1 << 20):
+                    got += len(chunk)
+                    if wait == 0 and got > 20_000_000:
+                        break
+            except (ConnectionResetError, socket.timeout):
+                pass
+            return got
+
+    assert fetch(0) > 20_000_000  # read at once: the answer (~20 MB) arrives
+    assert fetch(3.0) < 10_000_000  # not read for 3 s: cut off after the 1 s budget
+    assert api.get("/health").status_code == 200
+
+
 def test_oversized_edit_body_413(small):
     rid = small.all_records()[0]["id"]
     with unchanged(small):

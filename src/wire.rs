@@ -51,6 +51,43 @@ pub fn one_value(names: &str, values: Vec<String>) -> Result<Option<String>> {
     Ok(Some(first))
 }
 
+/// Every credential a request sends: the tokens of its `Authorization: Bearer` values, then
+/// the `extra` values (HTTP's `X-Service-Token` and `token`), in that order; and what is wrong
+/// with them, if anything, for the caller to refuse once the credential is checked: a value
+/// that is not text, or an `Authorization` of another scheme beside a credential (the server
+/// would pick one, a proxy in front of it perhaps the other). An `Authorization` of another
+/// scheme alone is no credential (the request answers 401 as without one).
+pub fn credentials<'a>(
+    authorization: impl IntoIterator<Item = &'a hyper::header::HeaderValue>,
+    extra: impl IntoIterator<Item = (&'static str, &'a hyper::header::HeaderValue)>,
+) -> (Vec<String>, Option<Error>) {
+    let (mut all, mut wrong, mut other_scheme) = (Vec::new(), None, false);
+    let unreadable = |name: &str| {
+        Error::invalid(format!(
+            "{name}: the header's value is not readable text (visible ASCII)"
+        ))
+    };
+    for v in authorization {
+        match v.to_str().map(bearer_token) {
+            Ok(Some(t)) => all.push(t),
+            Ok(None) => other_scheme = true,
+            Err(_) => wrong = wrong.or(Some(unreadable("Authorization"))),
+        }
+    }
+    for (name, v) in extra {
+        match v.to_str() {
+            Ok(t) => all.push(t.to_string()),
+            Err(_) => wrong = wrong.or(Some(unreadable(name))),
+        }
+    }
+    if other_scheme && !all.is_empty() && wrong.is_none() {
+        wrong = Some(Error::invalid(
+            "Authorization: only the Bearer scheme is taken, and the request carries another credential beside it; send one",
+        ));
+    }
+    (all, wrong)
+}
+
 /// A `Bearer` token from an authorization value, the scheme in any case.
 pub fn bearer_token(value: &str) -> Option<String> {
     let (scheme, t) = value.split_once(' ')?;

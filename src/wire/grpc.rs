@@ -127,11 +127,7 @@ fn caller_of(
 ) -> Result<(Option<String>, Option<String>), Error> {
     // As over HTTP: the first value stands for the credential (and the tenant) while it is
     // checked; different values are refused after that.
-    let credentials: Vec<String> = headers
-        .get_all("authorization")
-        .iter()
-        .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
-        .collect();
+    let (credentials, wrong) = crate::wire::credentials(headers.get_all("authorization"), []);
     let tenants = headers
         .get_all("x-service-tenant")
         .iter()
@@ -139,6 +135,9 @@ fn caller_of(
         .collect::<Result<Vec<_>, Error>>()?;
     let (credential, tenant) = (credentials.first().cloned(), tenants.first().cloned());
     engine.authenticate_for(credential.as_deref(), tenant.as_deref())?;
+    if let Some(e) = wrong {
+        return Err(e);
+    }
     crate::wire::one_value("authorization", credentials)?;
     crate::wire::one_value("x-service-tenant", tenants)?;
     Ok((credential, tenant))

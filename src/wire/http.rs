@@ -131,19 +131,15 @@ impl RequestMeta {
         };
         let tenant = text(0..2, "X-Service-Tenant and X-RushDB-Tenant");
         let transaction = text(2..3, "X-Transaction-Id");
-        // Every credential sent, `Authorization: Bearer` first. Different credentials are
-        // refused once the credential is checked; the first one sent stands for them
-        // meanwhile (a wrong one answers 401 as usual).
-        let all: Vec<String> = by_name[3]
-            .iter()
-            .filter_map(|v| v.to_str().ok().and_then(crate::wire::bearer_token))
-            .chain(
-                by_name[4..]
-                    .iter()
-                    .flatten()
-                    .filter_map(|v| v.to_str().ok().map(str::to_string)),
-            )
-            .collect();
+        // Every credential sent, `Authorization: Bearer` first. Different or unreadable
+        // credentials are refused once the credential is checked; the first one sent stands
+        // for them meanwhile (a wrong one answers 401 as usual).
+        let extra =
+            (4..NAMES_READ.len()).flat_map(|i| by_name[i].iter().map(move |v| (NAMES_READ[i], *v)));
+        let (all, wrong) = crate::wire::credentials(by_name[3].iter().copied(), extra);
+        if let Some(e) = wrong {
+            unreadable.get_or_insert(e);
+        }
         let credential = all.first().cloned();
         if let Err(e) = crate::wire::one_value("Authorization, X-Service-Token and token", all) {
             unreadable.get_or_insert(e);

@@ -466,6 +466,11 @@ pub async fn serve(
         // The engine's methods check the credential before tonic reads the message, so a
         // caller without a valid one cannot make the server buffer it (UNAUTHENTICATED
         // whatever the input, as over HTTP). Health and reflection stay open.
+        // A body that is not gRPC's is refused before it is read (gRPC over HTTP/2: 415).
+        let grpc_body = req
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         let refused = req
             .uri()
             .path()
@@ -482,6 +487,11 @@ pub async fn serve(
             }
         };
         async move {
+            if !grpc_body {
+                let mut r = hyper::Response::new(tonic::body::Body::empty());
+                *r.status_mut() = hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+                return Ok(r);
+            }
             let call = match call {
                 Ok(call) => call,
                 Err(e) => return Ok(status(&e).into_http()),

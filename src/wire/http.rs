@@ -316,7 +316,9 @@ pub async fn handle(
     };
     let work = async {
         let (parts, body) = req.into_parts();
-        if let Err(e) = credential_before_large_body(&state, &parts) {
+        if let Err(e) =
+            check_framing(&parts).and_then(|_| credential_before_large_body(&state, &parts))
+        {
             let route = if protocol_path {
                 "/protocol/v1/execute"
             } else {
@@ -426,15 +428,51 @@ async fn route(state: &HttpState, mut req: Request<Bytes>) -> (&'static str, Htt
             rest_error(&Error::unsupported("the OAuth 2.1 authorization server")),
         ),
         (_, p) if p.starts_with("/api/v1/") => rest::route(state, req).await,
-        _ => (
-            "unmatched",
-            rest_error(&Error::not_found(format!(
+        (_, p) => {
+            let e = Error::not_found(format!(
                 "no route for {} {}",
                 req.method(),
                 crate::model::truncate(&path, 200)
-            ))),
-        ),
+            ));
+            // Under /protocol/ in the Protocol v1 error envelope, as every answer there.
+            let resp = if p.starts_with("/protocol/") {
+                protocol_error(&e)
+            } else {
+                rest_error(&e)
+            };
+            ("unmatched", resp)
+        }
     }
+}
+
+/// What RFC 9112 asks of a request's framing that hyper leaves to the server: an HTTP/1.1
+/// request carries exactly one `Host` (§3.2: 400), and a request body is coded with nothing
+/// but `chunked` (§6.1: 501 for a transfer coding the server does not know; hyper would pass
+/// the body on still coded).
+fn check_framing(parts: &hyper::http::request::Parts) -> Result<()> {
+    let hosts = parts.headers.get_all(hyper::header::HOST).iter().count();
+    if hosts > 1 || (hosts == 0 && parts.version == hyper::Version::HTTP_11) {
+        return Err(Error::invalid(
+            "Host: an HTTP/1.1 request carries exactly one Host header (RFC 9112, section 3.2)",
+        ));
+    }
+    for v in parts.headers.get_all(hyper::header::TRANSFER_ENCODING) {
+        let codings = v.to_str().unwrap_or("?");
+        if let Some(c) = codings
+            .split(',')
+            .map(str::trim)
+            .find(|c| !c.eq_ignore_ascii_case("chunked"))
+        {
+            return Err(Error::new(
+                crate::error::ErrorCode::Unsupported,
+                format!(
+                    "Transfer-Encoding {}: only chunked is supported",
+                    crate::model::truncate(c, 100)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn settings(state: &HttpState) -> HttpResponse {

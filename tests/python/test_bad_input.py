@@ -601,6 +601,44 @@ def test_conflicting_headers_are_refused(api, lines, needle):
     assert status == 401
 
 
+def _raw_request(api, head: bytes, body: bytes = b"") -> tuple:
+    import socket
+    host, port = api.engine.url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head + b"\r\n\r\n" + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    h, _, b = data.partition(b"\r\n\r\n")
+    return int(h.split(b" ")[1]), b
+
+
+def test_request_framing_rfc_9112(api):
+    """Exactly one Host on HTTP/1.1 (400 otherwise), none needed on HTTP/1.0; a transfer
+    coding other than chunked is 501, not a body read still coded."""
+    auth = f"Authorization: Bearer {DEV_TOKEN}".encode()
+    for head in (b"GET /api/v1/settings HTTP/1.1\r\nConnection: close",
+                 b"GET /api/v1/settings HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close"):
+        status, body = _raw_request(api, head)
+        assert status == 400 and "Host" in json.loads(body)["message"], body
+    status, _ = _raw_request(api, b"GET /api/v1/settings HTTP/1.0")
+    assert status == 200
+    chunked = b"2\r\n{}\r\n0\r\n\r\n"
+    status, body = _raw_request(api, b"POST /api/v1/records/search HTTP/1.1\r\nHost: x\r\n" + auth +
+                                b"\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close",
+                                chunked)
+    assert status == 501 and "gzip" in json.loads(body)["message"], body
+    status, body = _raw_request(api, b"POST /api/v1/records/search HTTP/1.1\r\nHost: x\r\n" + auth +
+                                b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close",
+                                chunked)
+    assert status == 200, body
+
+
+def test_unknown_protocol_paths_answer_in_the_protocol_envelope(api):
+    r = api.get("/protocol/v1/execute")
+    assert_protocol_error(r, 404, "not_found", message_contains=["no route for GET /protocol/v1/execute"])
+
+
 def test_long_input_is_not_echoed_whole(api):
     r = api.post("/api/v1/records/search", {"labels": "x" * 200_000})
     err = assert_rest_error(r, 400, "invalid_argument", message_contains=["labels", "bytes left out"])

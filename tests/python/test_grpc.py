@@ -308,6 +308,20 @@ def test_the_credential_is_checked_before_the_message_is_read(module_engine, pb)
     assert r.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def test_a_body_that_is_not_grpc_is_415(module_engine):
+    """gRPC over HTTP/2: a content type other than application/grpc* is refused with 415."""
+    import shutil
+    import subprocess
+    if shutil.which("curl") is None:
+        pytest.skip("curl (HTTP/2 prior knowledge) is not installed")
+    url = f"http://{module_engine.grpc_target}/engine.v1.Engine/Execute"
+    for ctype in ("application/json", "text/plain"):
+        out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--http2-prior-knowledge",
+                              "-X", "POST", "-H", f"content-type: {ctype}", "-H", f"authorization: Bearer {DEV_TOKEN}",
+                              "--data-binary", "{}", url], capture_output=True, text=True, timeout=30)
+        assert out.stdout == "415", (ctype, out)
+
+
 def test_error_details_are_a_google_rpc_status(module_engine, pb):
     """`grpc-status-details-bin` is a google.rpc.Status, as gRPC clients decode it (grpc-go
     turns one that is not into INTERNAL), with the engine code as its ErrorInfo's reason."""

@@ -79,8 +79,13 @@ async fn tonic_client_executes_streams_and_sees_status_codes() {
         .insert("authorization", "Bearer nope".parse().unwrap());
     let err = client.execute(bad).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    // The engine code: in the x-error-code trailer, and as the reason of the details'
+    // google.rpc.ErrorInfo (the details are a google.rpc.Status).
     assert_eq!(
-        serde_json::from_slice::<Value>(err.details()).unwrap()["code"],
+        err.metadata().get("x-error-code").unwrap(),
         "unauthenticated"
     );
+    let details = err.details();
+    let has = |needle: &[u8]| details.windows(needle.len()).any(|w| w == needle);
+    assert!(has(b"type.googleapis.com/google.rpc.ErrorInfo") && has(b"unauthenticated"));
 }

@@ -463,14 +463,14 @@ pub async fn serve(
         .add_service(service)
         .prepare();
     let handler = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-        // The engine's methods check the credential before tonic reads the message, so a
-        // caller without a valid one cannot make the server buffer it (UNAUTHENTICATED
-        // whatever the input, as over HTTP). Health and reflection stay open.
         // A body that is not gRPC's is refused before it is read (gRPC over HTTP/2: 415).
         let grpc_body = req
             .headers()
             .get(hyper::header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        // The engine's methods check the credential before tonic reads the message, so a
+        // caller without a valid one cannot make the server buffer it (UNAUTHENTICATED
+        // whatever the input, as over HTTP). Health and reflection stay open.
         let refused = req
             .uri()
             .path()

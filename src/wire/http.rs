@@ -75,9 +75,6 @@ fn protocol_error(e: &Error) -> HttpResponse {
     json_response(e.code.http_status(), &render::error(e))
 }
 
-/// Every credential the request sends, in order: each `Authorization: Bearer` value, then
-/// each `X-Service-Token` and `token` value. A request may repeat its credential, but only
-/// as the same token (`RequestMeta::from_headers`).
 /// The headers `RequestMeta` reads: the tenant (two names), the transaction, the credential
 /// (three names, `Authorization` first).
 const NAMES_READ: [&str; 6] = [

@@ -4,7 +4,8 @@
 //! whether a lone write may block the only runtime worker for its fdatasync
 //! (`store::Store::write`): only a request's own write, when no other request is being
 //! served, so nothing waits behind it. Writes from background tasks (tenant reclaim,
-//! transaction expiry) are not requests and never block the worker.
+//! transaction expiry, and a transaction's commit, which runs as a task of its own) are not
+//! requests and never block the worker.
 //!
 //! Invariant: the count is the number of live `Serving` guards; every front end runs each
 //! request inside `serve`, which holds one until the request is answered, so a request being

@@ -174,6 +174,18 @@ internal_from!(
 
 #[cfg(test)]
 mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn every_code_is_listed_once_and_parses_back() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.as_str()), "{} twice", c.as_str());
+            assert_eq!(ErrorCode::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(ErrorCode::parse("no_such_code"), None);
+    }
+
     #[test]
     fn long_messages_are_cut_in_the_middle() {
         let m = format!(

@@ -116,33 +116,35 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
 pub async fn run(cfg: ServerConfig) -> Result<(), String> {
     let http_addr = parse_addr("HTTP", &cfg.file.listen.http)?;
     let grpc_addr = parse_addr("gRPC", &cfg.file.listen.grpc)?;
+    // SQL wire and Bolt are checked although their listeners are not started yet, so a
+    // configuration that starts today keeps starting when they are.
+    let pg_addr = parse_addr("SQL wire", &cfg.file.listen.pg)?;
+    let bolt_addr = parse_addr("Bolt", &cfg.file.listen.bolt)?;
+    let listeners = [
+        ("HTTP", http_addr),
+        ("gRPC", grpc_addr),
+        ("SQL wire", pg_addr),
+        ("Bolt", bolt_addr),
+    ];
+    let off_loopback = |of: &[(&'static str, SocketAddr)]| -> Option<(&'static str, SocketAddr)> {
+        of.iter().copied().find(|(_, a)| !a.ip().is_loopback())
+    };
     if cfg.token == DEV_TOKEN {
         // Every listener takes the token: none may be reachable from other machines.
-        for (kind, addr) in [("HTTP", http_addr), ("gRPC", grpc_addr)] {
-            if !addr.ip().is_loopback() {
-                return Err(format!(
-                    "refusing to listen on non-loopback address {addr} ({kind}) with the development token; set --token or SERVICE_TOKEN"
-                ));
-            }
+        if let Some((kind, addr)) = off_loopback(&listeners) {
+            return Err(format!(
+                "refusing to listen on non-loopback address {addr} ({kind}) with the development token; set --token or SERVICE_TOKEN"
+            ));
         }
         crate::log::warn("running with the development token `dev-token`: set --token or SERVICE_TOKEN outside local development");
     }
     // gRPC, SQL wire and Bolt: on a multitenant engine only loopback (SPEC.md "Tenant
-    // selection"), checked for SQL wire and Bolt too although their listeners are not
-    // started yet, so a configuration that starts today keeps starting when they are.
+    // selection").
     if cfg.file.multitenant {
-        let pg_addr = parse_addr("SQL wire", &cfg.file.listen.pg)?;
-        let bolt_addr = parse_addr("Bolt", &cfg.file.listen.bolt)?;
-        for (kind, addr) in [
-            ("gRPC", grpc_addr),
-            ("SQL wire", pg_addr),
-            ("Bolt", bolt_addr),
-        ] {
-            if !addr.ip().is_loopback() {
-                return Err(format!(
-                    "refusing to bind {kind} to non-loopback address {addr} on a multitenant engine (it takes only the bootstrap token)"
-                ));
-            }
+        if let Some((kind, addr)) = off_loopback(&listeners[1..]) {
+            return Err(format!(
+                "refusing to bind {kind} to non-loopback address {addr} on a multitenant engine (it takes only the bootstrap token)"
+            ));
         }
     }
     // Every refusal comes before the store opens: a refused start leaves no data directory

@@ -1028,19 +1028,23 @@ impl Store {
         };
         let (reply, mut rx) = oneshot::channel();
         let req = WriteRequest { tenant, ops, reply };
-        // From here the batch commits even if the caller goes away: its request's time
-        // budget no longer applies (`activity::within`).
-        crate::activity::write_handed_off();
         let inline = match workers {
             Some(w) => self.commit_inline(req, w),
             None => Inline::Queue(req),
         };
+        if !matches!(inline, Inline::Queue(_)) {
+            // Committed (synchronously, above): no budget may turn it into an error now.
+            crate::activity::write_handed_off();
+        }
         match inline {
             Inline::Queue(req) => {
                 sender
                     .send(req)
                     .await
                     .map_err(|_| Error::internal("writer stopped"))?;
+                // From here the batch commits even if the caller goes away: its request's
+                // time budget no longer applies (`activity::within`).
+                crate::activity::write_handed_off();
                 return rx
                     .await
                     .map_err(|_| Error::internal("writer dropped a request"))?;

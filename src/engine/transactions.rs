@@ -286,13 +286,10 @@ async fn expire(h: Handle, store: Arc<store::Store>, txs: Arc<Transactions>) {
     if g.ended {
         return;
     }
-    g.ended = true;
     let how = if g.autocommit {
-        let ops = commit_ops(&mut g);
-        match store.write(g.tenant.clone(), ops).await {
-            Ok(_) => Expiry::Committed,
-            Err(e) => {
-                let (retryable, reason) = commit_refusal(e);
+        match commit_staged(&store, &mut g).await {
+            Ok(()) => Expiry::Committed,
+            Err((retryable, reason)) => {
                 crate::log::warn(&format!(
                     "autocommit of transaction {} at expiry failed: {reason}",
                     g.id
@@ -301,6 +298,7 @@ async fn expire(h: Handle, store: Arc<store::Store>, txs: Arc<Transactions>) {
             }
         }
     } else {
+        g.ended = true;
         g.ops.clear();
         Expiry::RolledBack
     };
@@ -316,24 +314,19 @@ async fn finish_commit(
     transactions: Arc<Transactions>,
     mut g: tokio::sync::OwnedMutexGuard<Open>,
 ) -> TxOutcome {
-    g.ended = true;
-    let ops = commit_ops(&mut g);
-    let outcome = match store.write(g.tenant.clone(), ops).await {
-        Ok(_) => TxOutcome {
+    let outcome = match commit_staged(&store, &mut g).await {
+        Ok(()) => TxOutcome {
             id: g.id,
             status: "committed",
             retryable: false,
             reason: None,
         },
-        Err(e) => {
-            let (retryable, reason) = commit_refusal(e);
-            TxOutcome {
-                id: g.id,
-                status: "aborted",
-                retryable,
-                reason: Some(reason),
-            }
-        }
+        Err((retryable, reason)) => TxOutcome {
+            id: g.id,
+            status: "aborted",
+            retryable,
+            reason: Some(reason),
+        },
     };
     // Remembered before the id leaves the open set (as an expiry is).
     transactions.record_end(&g.tenant, &outcome);
@@ -341,16 +334,31 @@ async fn finish_commit(
     outcome
 }
 
+/// Ends a locked transaction by committing its staged writes (with the checks of what it
+/// read) in one durable batch: done, or whether it may succeed if run again and why not.
+async fn commit_staged(
+    store: &store::Store,
+    g: &mut Open,
+) -> std::result::Result<(), (bool, String)> {
+    g.ended = true;
+    let ops = commit_ops(g);
+    store
+        .write(g.tenant.clone(), ops)
+        .await
+        .map(|_| ())
+        .map_err(commit_refusal)
+}
+
 /// Whether a transaction whose commit batch was refused may succeed if run again, and why it
 /// was refused. Every staged write was checked against the committed data when it was staged
 /// (a write refused then was not staged), so a refusal at commit comes from another commit in
 /// between: a conflict, a record a write needs deleted, an id it creates taken. Running the
-/// transaction again from its reads may then succeed: retryable. Only the store failing
-/// (`internal`) is not.
+/// transaction again from its reads may then succeed: retryable. The store failing
+/// (`internal`) or shutting down (`unsupported`) is not, and says so itself.
 fn commit_refusal(e: Error) -> (bool, String) {
     match e.code {
         ErrorCode::Conflict => (true, e.message),
-        ErrorCode::Internal => (false, e.message),
+        ErrorCode::Internal | ErrorCode::Unsupported => (false, e.message),
         _ => (
             true,
             format!(

@@ -132,9 +132,12 @@ fn caller_of(
         .get_all("x-service-tenant")
         .iter()
         .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()).map(str::to_string))
-        .collect::<Result<Vec<_>, Error>>()?;
-    let (credential, tenant) = (credentials.first().cloned(), tenants.first().cloned());
+        .collect::<Result<Vec<_>, Error>>();
+    // An unreadable tenant is refused after the credential, as every other input.
+    let tenant = tenants.as_ref().ok().and_then(|t| t.first().cloned());
+    let credential = credentials.first().cloned();
     engine.authenticate_for(credential.as_deref(), tenant.as_deref())?;
+    let tenants = tenants?;
     if let Some(e) = wrong {
         return Err(e);
     }
@@ -463,11 +466,16 @@ pub async fn serve(
         .add_service(service)
         .prepare();
     let handler = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-        // A body that is not gRPC's is refused before it is read (gRPC over HTTP/2: 415).
+        // A body that is not gRPC's (`application/grpc`, optionally `+format` or parameters)
+        // is refused before it is read (gRPC over HTTP/2: 415).
         let grpc_body = req
             .headers()
             .get(hyper::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+            .is_some_and(|v| {
+                let t = v.as_bytes();
+                t.strip_prefix(b"application/grpc")
+                    .is_some_and(|rest| rest.is_empty() || rest[0] == b'+' || rest[0] == b';')
+            });
         // The engine's methods check the credential before tonic reads the message, so a
         // caller without a valid one cannot make the server buffer it (UNAUTHENTICATED
         // whatever the input, as over HTTP). Health and reflection stay open.

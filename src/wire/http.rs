@@ -431,8 +431,10 @@ async fn route(state: &HttpState, mut req: Request<Bytes>) -> (&'static str, Htt
                 req.method(),
                 crate::model::truncate(&path, 200)
             ));
-            // Under /protocol/ in the Protocol v1 error envelope, as every answer there.
-            let resp = if p.starts_with("/protocol/") {
+            // Under /protocol/ in the Protocol v1 error envelope, as every answer there
+            // (the path as sent: `/protocol/` itself trims to `/protocol`).
+            let resp = if p.starts_with("/protocol/") || req.uri().path().starts_with("/protocol/")
+            {
                 protocol_error(&e)
             } else {
                 rest_error(&e)

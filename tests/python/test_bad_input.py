@@ -639,6 +639,8 @@ def test_request_framing_rfc_9112(api):
 def test_unknown_protocol_paths_answer_in_the_protocol_envelope(api):
     r = api.get("/protocol/v1/execute")
     assert_protocol_error(r, 404, "not_found", message_contains=["no route for GET /protocol/v1/execute"])
+    for path in ("/protocol/", "/protocol//"):
+        assert_protocol_error(api.post(path, {}), 404, "not_found")
 
 
 def test_long_input_is_not_echoed_whole(api):

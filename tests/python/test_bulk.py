@@ -723,19 +723,24 @@ class _StubServer:
         self.server.server_close()
 
 
+def _load_against_stub(tmp_path, answer, timeout):
+    """Ten documents loaded into a `_StubServer` answering `answer`."""
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(10)))
+    stub = _StubServer(answer)
+    try:
+        return loader(None, "--label", "X", str(path), "--url", stub.url, "--timeout", str(timeout), "--quiet")
+    finally:
+        stub.close()
+
+
 @pytest.mark.parametrize("answer", [(200, b"<html>ok</html>"), (200, b"{}"),
                                     (200, b'{"error":{"code":"internal","message":"boom"}}'), None],
                          ids=["html", "empty-object", "error-body", "no-answer"])
 def test_cli_loader_claims_nothing_it_was_not_told(tmp_path, answer):
     """A 2xx page that is not the engine's ingest result, or no answer within --timeout,
     fails the load, and the loader says the batch may or may not have been written."""
-    path = tmp_path / "a.jsonl"
-    path.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(10)))
-    stub = _StubServer(answer)
-    try:
-        out = loader(None, "--label", "X", str(path), "--url", stub.url, "--timeout", "1", "--quiet")
-    finally:
-        stub.close()
+    out = _load_against_stub(tmp_path, answer, timeout=1)
     assert out.returncode == 1, out
     assert "imported 0 document(s)" in out.stdout
     assert "may or may not have been written" in out.stderr, out.stderr
@@ -753,13 +758,7 @@ def test_cli_loader_claims_nothing_it_was_not_told(tmp_path, answer):
 def test_cli_loader_counts_only_engine_refusals_as_nothing_written(tmp_path, answer, refused):
     """Only a 4xx in the engine's error envelope (its code rendered as that status) says the
     batch wrote nothing; a 5xx or another server's page leaves it unknown."""
-    path = tmp_path / "a.jsonl"
-    path.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(10)))
-    stub = _StubServer(answer)
-    try:
-        out = loader(None, "--label", "X", str(path), "--url", stub.url, "--timeout", "5", "--quiet")
-    finally:
-        stub.close()
+    out = _load_against_stub(tmp_path, answer, timeout=5)
     assert out.returncode == 1, out
     assert f"failed: HTTP {answer[0]}" in out.stderr, out.stderr
     expected = "the failing batch wrote nothing" if refused else "may or may not have been written"

@@ -600,6 +600,14 @@ def test_refused_listeners_leave_no_data_directory(tmp_path):
     assert p.returncode != 0 and p.stdout == ""
     assert any("non-loopback" in m and "multitenant" in m for m in _error_messages(p.stderr)), p.stderr
     assert not (tmp_path / "mt").exists()
+    # The development token keeps every listener on loopback, SQL wire and Bolt included.
+    for flag in ("--pg-addr", "--bolt-addr"):
+        p = _serve(tmp_path, "--data-dir", str(tmp_path / "dev"), "--http-addr", "127.0.0.1:0",
+                   "--grpc-addr", "127.0.0.1:0", flag, "0.0.0.0:5999", token=None)
+        assert p.returncode != 0 and p.stdout == ""
+        assert any("non-loopback address 0.0.0.0:5999" in m and "development token" in m
+                   for m in _error_messages(p.stderr)), p.stderr
+        assert not (tmp_path / "dev").exists()
     # SQL wire and Bolt too (SPEC.md "Tenant selection"), though their listeners do not start yet.
     for flag, kind in [("--pg-addr", "SQL wire"), ("--bolt-addr", "Bolt")]:
         p = _serve(tmp_path, "--data-dir", str(tmp_path / "mt"), "--multitenant", "--http-addr", "127.0.0.1:0",

@@ -315,11 +315,16 @@ def test_a_body_that_is_not_grpc_is_415(module_engine):
     if shutil.which("curl") is None:
         pytest.skip("curl (HTTP/2 prior knowledge) is not installed")
     url = f"http://{module_engine.grpc_target}/engine.v1.Engine/Execute"
-    for ctype in ("application/json", "text/plain"):
+    for ctype in ("application/json", "text/plain", "application/grpc-web", "application/grpcfoo"):
         out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--http2-prior-knowledge",
                               "-X", "POST", "-H", f"content-type: {ctype}", "-H", f"authorization: Bearer {DEV_TOKEN}",
-                              "--data-binary", "{}", url], capture_output=True, text=True, timeout=30)
+                              "--data-binary", "", url], capture_output=True, text=True, timeout=30)
         assert out.stdout == "415", (ctype, out)
+    # Without a credential, an unreadable tenant is still UNAUTHENTICATED (the credential first).
+    out = subprocess.run(["curl", "-s", "-D", "-", "-o", "/dev/null", "--http2-prior-knowledge", "-X", "POST",
+                          "-H", "content-type: application/grpc", "-H", b"x-service-tenant: \xff".decode("latin-1"),
+                          "--data-binary", "", url], capture_output=True, timeout=30)
+    assert b"grpc-status: 16" in out.stdout and b"x-error-code: unauthenticated" in out.stdout, out
 
 
 def test_error_details_are_a_google_rpc_status(module_engine, pb):

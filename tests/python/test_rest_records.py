@@ -917,6 +917,18 @@ def test_custom_token(engine_factory):
 # ---------------------------------------------------------------------------------------
 
 
+def test_percent_encoded_path_segments_name_the_same_record(module_api):
+    """RFC 3986 section 2.1: `%2D` in a path is `-`; a malformed encoding is kept as sent."""
+    rid = module_api.create(unique("PCT"), {"v": 1})
+    for path in (rid.replace("-", "%2D"), rid.replace("-", "%2d", 1), "%30" + rid[1:]):
+        r = module_api.get(f"/api/v1/records/{path}")
+        assert r.status_code == 200 and r.json()["data"]["__id"] == rid, (path, r.text)
+    r = module_api.patch(f"/api/v1/records/{rid.replace('-', '%2D')}", {"v": 2})
+    assert r.status_code in (200, 201) and module_api.record(rid)["v"] == 2, r.text
+    for bad in (rid[:-2] + "%zz", rid[:-2] + "%2", rid[:-3] + "%FF"):
+        assert_rest_error(module_api.get(f"/api/v1/records/{bad}"), 400, "invalid_argument")
+
+
 @pytest.mark.parametrize("method,path", [
     ("GET", "/nope"), ("GET", "/api/v1/nope"), ("POST", "/api/v1/records/a/b/c"),
     ("GET", "/api/v1/records"), ("DELETE", "/health"), ("GET", "/protocol/v1/execute"),

@@ -237,7 +237,12 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     let meta = RequestMeta::from_headers(req.headers());
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
-    let segs: Vec<&str> = path.trim_start_matches("/api/v1/").split('/').collect();
+    let decoded: Vec<std::borrow::Cow<str>> = path
+        .trim_start_matches("/api/v1/")
+        .split('/')
+        .map(percent_decoded)
+        .collect();
+    let segs: Vec<&str> = decoded.iter().map(|s| s.as_ref()).collect();
     // The credential is checked before any body is read or parsed.
     let tenant = meta.tenant.as_deref();
     if let Err(e) = state
@@ -456,6 +461,38 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
 
 /// Routes of SPEC.md whose capability has not landed yet: they answer 501 `unsupported`
 /// (after authentication) rather than 404, naming the capability.
+/// A path segment with its percent-encoded octets decoded (RFC 3986 section 2.1: `%2D` is
+/// `-`, so an id sent encoded names the same record); a segment whose encoding is malformed,
+/// or decodes to something other than UTF-8, is kept as sent (and refused as such where an
+/// id is expected).
+fn percent_decoded(seg: &str) -> std::borrow::Cow<'_, str> {
+    if !seg.contains('%') {
+        return std::borrow::Cow::Borrowed(seg);
+    }
+    let b = seg.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'%' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let hex = b
+            .get(i + 1..i + 3)
+            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        let Some(v) = hex else {
+            return std::borrow::Cow::Borrowed(seg);
+        };
+        out.push(v);
+        i += 3;
+    }
+    String::from_utf8(out)
+        .map(std::borrow::Cow::Owned)
+        .unwrap_or(std::borrow::Cow::Borrowed(seg))
+}
+
 fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static str)> {
     Some(match (method, segs) {
         (_, ["relationships", "patterns", ..]) => (

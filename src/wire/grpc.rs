@@ -521,7 +521,7 @@ pub async fn serve(
     loop {
         tokio::select! {
             stream = crate::wire::accept(&listener, "gRPC") => {
-                let inbox = StreamInbox::new(send_stall);
+                let inbox = StreamInbox::default();
                 let conn = http2_builder(inbox.clone())
                     .serve_connection(
                         Unvectored(crate::wire::stall::SendTimeout::new(

@@ -6,8 +6,7 @@
 //!
 //! It sees the socket only. On HTTP/1.1 a peer that stops reading stops the socket writes;
 //! an HTTP/2 (gRPC) peer can go on reading the socket while granting no flow-control window,
-//! and then no write is ever attempted: that stall is caught per stream instead
-//! (`wire::grpc::connection`, `Watched`).
+//! and then no write is ever attempted: that stall is not caught here (docs/security.md).
 //!
 //! Invariant: a write, vectored write or flush that returns `Pending` starts (or goes on
 //! with) one timer; any of them completing stops it. So the timer measures time without

@@ -327,58 +327,6 @@ def test_a_body_that_is_not_grpc_is_415(module_engine):
     assert b"grpc-status: 16" in out.stdout and b"x-error-code: unauthenticated" in out.stdout, out
 
 
-def test_a_stream_whose_peer_grants_no_window_is_reset(engine_factory, tmp_path):
-    """An HTTP/2 peer that reads the socket but grants no flow-control window cannot hold its
-    call's answer: with no progress for the request time budget the stream is reset
-    (RST_STREAM), and the connection goes on serving."""
-    import socket
-    import struct
-    import time
-    cfg = tmp_path / "engine.toml"
-    cfg.write_text("schema_version = 1\n[limits]\nrequest_timeout_ms = 1000\n")
-    e = engine_factory.start(extra_args=["--config", str(cfg)])
-    e.client().create("WINDOW", {"v": 1})
-    host, port = e.grpc_target.split(":")
-
-    def frame(kind, flags, stream, payload=b""):
-        return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
-
-    def literal(name, value):  # HPACK literal without indexing, no Huffman coding
-        return b"\x00" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
-
-    headers = b"".join(literal(n, v) for n, v in [
-        (":method", "POST"), (":scheme", "http"), (":path", "/engine.v1.Engine/Execute"), (":authority", "x"),
-        ("content-type", "application/grpc"), ("te", "trailers"), ("authorization", f"Bearer {DEV_TOKEN}")])
-    op = json.dumps({"kind": "query", "query": {"kind": "records", "query": {"labels": ["WINDOW"]}}}).encode()
-    message = b"\x08\x01\x1a" + bytes([len(op)]) + op
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        # SETTINGS_INITIAL_WINDOW_SIZE = 0: the server may send no DATA on any stream.
-        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, struct.pack(">HI", 4, 0)))
-        sock.sendall(frame(1, 4, 1, headers) + frame(0, 1, 1, b"\x00" + struct.pack(">I", len(message)) + message))
-        buf, reset, data, start = b"", None, 0, time.time()
-        sock.settimeout(0.5)
-        while reset is None and time.time() - start < 10:
-            try:
-                chunk = sock.recv(65536)
-            except socket.timeout:
-                continue
-            assert chunk, "the connection closed"
-            buf += chunk
-            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
-                n, kind, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
-                payload, buf = buf[9:9 + n], buf[9 + n:]
-                if kind == 4 and not flags & 1:
-                    sock.sendall(frame(4, 1, 0))  # SETTINGS ack
-                elif kind == 0:
-                    data += n
-                elif kind == 3:
-                    reset = time.time() - start
-        assert reset is not None and data == 0, (reset, data)
-        assert 0.9 <= reset <= 5, reset
-    # The server goes on serving.
-    assert e.client().get("/health").status_code == 200
-
-
 def test_error_details_are_a_google_rpc_status(module_engine, pb):
     """`grpc-status-details-bin` is a google.rpc.Status, as gRPC clients decode it (grpc-go
     turns one that is not into INTERNAL), with the engine code as its ErrorInfo's reason."""

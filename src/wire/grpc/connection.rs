@@ -22,121 +22,30 @@
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::task::{Context, Poll};
 
 type StreamFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// hyper's executor for one connection: it only queues the stream futures hyper hands it,
-/// each watched for stalls (`Watched`, after `stall` without progress).
-#[derive(Clone)]
-pub struct StreamInbox {
-    queued: Arc<Mutex<Vec<StreamFuture>>>,
-    stall: Duration,
-}
+/// hyper's executor for one connection: it only queues the stream futures hyper hands it.
+#[derive(Clone, Default)]
+pub struct StreamInbox(Arc<Mutex<Vec<StreamFuture>>>);
 
 impl<F> hyper::rt::Executor<F> for StreamInbox
 where
     F: Future<Output = ()> + Send + 'static,
 {
     fn execute(&self, fut: F) {
-        let watched = Watched::new(Box::pin(fut), self.stall);
-        self.queued
+        self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(Box::pin(watched));
+            .push(Box::pin(fut));
     }
 }
 
 impl StreamInbox {
-    pub fn new(stall: Duration) -> Self {
-        StreamInbox {
-            queued: Arc::default(),
-            stall,
-        }
-    }
-
     fn take(&self) -> Vec<StreamFuture> {
-        std::mem::take(&mut *self.queued.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-/// A stream's future, dropped (its stream reset, what it holds freed) once it has made no
-/// progress for `limit`: woken by nothing it waits for (the engine, send capacity, more of
-/// the request). An HTTP/2 peer that reads the socket but grants no flow-control window
-/// stalls its stream here, where the socket's send timer (`wire::stall`) sees nothing.
-///
-/// Invariant: `last` is when the inner future was last polled because it was woken (or
-/// first polled); the timer fires at `last + limit` at the latest (it is moved later only
-/// when it fires early), and a poll past that without a wake ends the stream.
-struct Watched {
-    fut: StreamFuture,
-    wakes: Arc<Wakes>,
-    last: tokio::time::Instant,
-    timer: Pin<Box<tokio::time::Sleep>>,
-    limit: Duration,
-}
-
-/// The inner future's waker: notes the wake, then wakes the connection's task.
-struct Wakes {
-    woken: AtomicBool,
-    outer: futures_util::task::AtomicWaker,
-}
-
-impl std::task::Wake for Wakes {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.outer.wake();
-    }
-}
-
-impl Watched {
-    fn new(fut: StreamFuture, limit: Duration) -> Self {
-        let now = tokio::time::Instant::now();
-        Watched {
-            fut,
-            wakes: Arc::new(Wakes {
-                woken: AtomicBool::new(true),
-                outer: Default::default(),
-            }),
-            last: now,
-            timer: Box::pin(tokio::time::sleep_until(now + limit)),
-            limit,
-        }
-    }
-}
-
-impl Future for Watched {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let me = &mut *self;
-        me.wakes.outer.register(cx.waker());
-        let now = tokio::time::Instant::now();
-        if me.wakes.woken.swap(false, Ordering::AcqRel) {
-            me.last = now;
-        } else if now >= me.last + me.limit {
-            return Poll::Ready(()); // stalled: dropping the future resets the stream
-        }
-        let waker = Waker::from(me.wakes.clone());
-        if me
-            .fut
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_ready()
-        {
-            return Poll::Ready(());
-        }
-        while me.timer.as_mut().poll(cx).is_ready() {
-            me.timer.as_mut().reset(me.last + me.limit);
-        }
-        Poll::Pending
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 

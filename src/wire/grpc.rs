@@ -57,10 +57,11 @@ pub struct GrpcEngine {
 
 impl GrpcEngine {
     /// Decodes a gRPC envelope into the engine's, exactly as `/protocol/v1/execute` does.
-    /// The credential is checked first, as on HTTP: input is not parsed for a caller
-    /// without one.
+    /// The credential was checked before the message was read (`caller_of`, in `serve`'s
+    /// handler, for every engine method); the engine checks it again as it admits the
+    /// envelope.
     fn envelope(&self, md: &MetadataMap, env: pb::Envelope) -> Result<Envelope, Error> {
-        let (credential, tenant_header) = self.caller(md)?;
+        let (credential, tenant_header) = identity(md.as_ref());
         protocol::check_version(Some(env.protocol_version as i64), &env.protocol_version)?;
         crate::wire::check_depth(env.operation_json.as_bytes(), self.max_depth)
             .map_err(|e| Error::invalid(format!("operation_json: {}", e.message)))?;
@@ -77,12 +78,6 @@ impl GrpcEngine {
             transaction: None,
             operation,
         })
-    }
-
-    /// The call's credential and tenant header, the credential checked (and bound to the
-    /// tenant header on a multitenant engine).
-    fn caller(&self, md: &MetadataMap) -> Result<(Option<String>, Option<String>), Error> {
-        caller_of(&self.engine, md.as_ref())
     }
 
     /// `work` within the request time budget (the engine's `timeout` error past it, unless it
@@ -128,11 +123,7 @@ fn caller_of(
     // As over HTTP: the first value stands for the credential (and the tenant) while it is
     // checked; different values are refused after that.
     let (credentials, wrong) = crate::wire::credentials(headers.get_all("authorization"), []);
-    let tenants = headers
-        .get_all("x-service-tenant")
-        .iter()
-        .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()).map(str::to_string))
-        .collect::<Result<Vec<_>, Error>>();
+    let tenants = tenants_of(headers);
     // An unreadable tenant is refused after the credential, as every other input.
     let tenant = tenants.as_ref().ok().and_then(|t| t.first().cloned());
     let credential = credentials.first().cloned();
@@ -144,6 +135,26 @@ fn caller_of(
     crate::wire::one_value("authorization", credentials)?;
     crate::wire::one_value("x-service-tenant", tenants)?;
     Ok((credential, tenant))
+}
+
+/// The `x-service-tenant` values of a call, each readable or the error naming it.
+fn tenants_of(headers: &hyper::HeaderMap) -> Result<Vec<String>, Error> {
+    headers
+        .get_all("x-service-tenant")
+        .iter()
+        .map(|v| crate::wire::header_text("x-service-tenant", v.as_bytes()).map(str::to_string))
+        .collect()
+}
+
+/// The credential and tenant a call stands for: its first Bearer token and its first tenant
+/// (`caller_of` refuses a call whose values differ or cannot be read).
+fn identity(headers: &hyper::HeaderMap) -> (Option<String>, Option<String>) {
+    let credential = crate::wire::credentials(headers.get_all("authorization"), [])
+        .0
+        .into_iter()
+        .next();
+    let tenant = tenants_of(headers).ok().and_then(|t| t.into_iter().next());
+    (credential, tenant)
 }
 
 /// `google.rpc.Status` (the gRPC rich error model) for `grpc-status-details-bin`, which
@@ -375,10 +386,9 @@ impl EngineService for GrpcEngine {
         &self,
         req: Request<Streaming<pb::Envelope>>,
     ) -> Result<Response<pb::IngestSummary>, Status> {
+        // The credential was checked before any message is read (`serve`'s handler), so an
+        // empty call of a caller without one is refused too.
         let (md, _, mut stream) = req.into_parts();
-        // The credential before any message is read (an empty call of a caller without one
-        // is refused too).
-        self.caller(&md).map_err(|e| status(&e))?;
         let mut sum = pb::IngestSummary::default();
         while let Some(item) = stream.next().await {
             // Every failure names its batch and what is committed before it.

@@ -1,7 +1,7 @@
 //! REST routes under `/api/v1`. Each route is a translation into one Protocol v1
 //! [`Operation`] plus a rendering of its outcome in the REST envelope (BEHAVIOUR.md §1, §4).
 
-use super::{json_response, parse_json, rest_error, HttpResponse, HttpState, RequestMeta};
+use super::{parse_json, rest_error, HttpResponse, HttpState, RequestMeta};
 use crate::engine::{Outcome, Transport};
 use crate::error::{Error, Result};
 use crate::model::infer::PropertyInput;
@@ -28,33 +28,50 @@ fn property_json(p: &PropertyInfo) -> Value {
     json!({"id": p.id.to_string(), "name": p.name, "type": p.ty.name(), "metadata": "", "recordsCount": p.records_count})
 }
 
-#[derive(serde::Serialize)]
-struct Ok<T> {
-    success: bool,
-    data: T,
+/// `{"success": true, "data": DATA}`, DATA written by `data` (a serialization error, which
+/// the engine's types never give, answers an empty body as `json_response` does).
+fn ok_with(
+    status: u16,
+    capacity: usize,
+    data: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> HttpResponse {
+    let mut out = Vec::with_capacity(capacity);
+    out.extend_from_slice(b"{\"success\":true,\"data\":");
+    if data(&mut out).is_err() {
+        out.clear();
+    } else {
+        out.push(b'}');
+    }
+    super::bytes_response(status, out)
 }
 
-#[derive(serde::Serialize)]
-struct FlatList<T> {
-    success: bool,
-    data: Vec<T>,
+/// A page: SPEC.md's `data: {data: [...], total}`, or flat `data: [...], total` (`--rest-envelope
+/// flat`); the items written by `items`.
+fn page_with(
+    state: &HttpState,
     total: u64,
-}
-
-#[derive(serde::Serialize)]
-struct Listed<T> {
-    data: Vec<T>,
-    total: u64,
+    capacity: usize,
+    items: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> HttpResponse {
+    let flat = state.flat_lists;
+    let mut out = Vec::with_capacity(capacity);
+    out.extend_from_slice(if flat {
+        b"{\"success\":true,\"data\":"
+    } else {
+        b"{\"success\":true,\"data\":{\"data\":"
+    });
+    if items(&mut out).is_err() {
+        return super::bytes_response(200, Vec::new());
+    }
+    out.extend_from_slice(format!(",\"total\":{total}}}").as_bytes());
+    if !flat {
+        out.push(b'}');
+    }
+    super::bytes_response(200, out)
 }
 
 pub(super) fn ok<T: serde::Serialize>(status: u16, data: T) -> HttpResponse {
-    json_response(
-        status,
-        &Ok {
-            success: true,
-            data,
-        },
-    )
+    ok_with(status, 128, |out| serde_json::to_writer(out, &data))
 }
 
 /// A list result: SPEC.md's `data: {data, total}`, or flat `data: [...], total`.
@@ -63,53 +80,32 @@ pub(super) fn list<T: serde::Serialize>(
     items: Vec<T>,
     total: u64,
 ) -> HttpResponse {
-    if state.flat_lists {
-        json_response(
-            200,
-            &FlatList {
-                success: true,
-                data: items,
-                total,
-            },
-        )
-    } else {
-        ok(200, Listed { data: items, total })
-    }
+    page_with(state, total, 128, |out| serde_json::to_writer(out, &items))
 }
 
 /// `{"success": true, "data": record}`, the record written straight to bytes
 /// (`render::write_flat`, which keeps the flat record JSON off serde's per-field path).
 pub(super) fn ok_record(status: u16, r: &Record) -> HttpResponse {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(b"{\"success\":true,\"data\":");
-    render::write_flat(&mut out, r);
-    out.push(b'}');
-    super::bytes_response(status, out)
+    ok_with(status, 256, |out| {
+        render::write_flat(out, r);
+        Ok(())
+    })
 }
 
 /// `{"success": true, "data": [records]}`.
 pub(super) fn ok_records(status: u16, records: &[Record]) -> HttpResponse {
-    let mut out = Vec::with_capacity(64 + 256 * records.len());
-    out.extend_from_slice(b"{\"success\":true,\"data\":");
-    render::write_flat_list(&mut out, records);
-    out.push(b'}');
-    super::bytes_response(status, out)
+    ok_with(status, 64 + 256 * records.len(), |out| {
+        render::write_flat_list(out, records);
+        Ok(())
+    })
 }
 
 /// A page of records, in the shape `list` gives any page.
 pub(super) fn list_records(state: &HttpState, records: &[Record], total: u64) -> HttpResponse {
-    let mut out = Vec::with_capacity(96 + 256 * records.len());
-    out.extend_from_slice(if state.flat_lists {
-        b"{\"success\":true,\"data\":"
-    } else {
-        b"{\"success\":true,\"data\":{\"data\":"
-    });
-    render::write_flat_list(&mut out, records);
-    out.extend_from_slice(format!(",\"total\":{total}}}").as_bytes());
-    if !state.flat_lists {
-        out.push(b'}');
-    }
-    super::bytes_response(200, out)
+    page_with(state, total, 96 + 256 * records.len(), |out| {
+        render::write_flat_list(out, records);
+        Ok(())
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -895,7 +895,7 @@ impl RelSpec {
         };
         if let Some(cond) = &self.cond {
             let c = Candidate {
-                rel_type: &rel.rel_type,
+                rel_type: &probe.label,
                 probe,
                 source: (a, &la),
                 target: (b, &lb),
@@ -938,9 +938,10 @@ impl RelSpec {
                     return Ok(());
                 }
             }
+            // The probe holds the type and properties until the page is built.
             let probe = Record {
                 id: rel.id,
-                label: rel.rel_type.clone(),
+                label: std::mem::take(&mut rel.rel_type),
                 row: rel.row,
                 version: rel.version,
                 props: std::mem::take(&mut rel.props),
@@ -972,7 +973,7 @@ impl RelSpec {
                 };
                 // Each adjacency value carries the relationship and its other end's label.
                 for a in edges {
-                    let known = match a.edge.dir {
+                    let known = match a.dir {
                         Direction::Out => (label.as_str(), a.other_label.as_str()),
                         Direction::In => (a.other_label.as_str(), label.as_str()),
                     };
@@ -985,12 +986,15 @@ impl RelSpec {
             })?,
         }
         let total = hits.len() as u64;
-        hits.sort_by(|a, b| order::compare(&self.order, &a.0, &b.0));
-        let page = hits
+        let at = order::sorted_positions(&self.order, hits.len(), |i| &hits[i].0);
+        let mut hits: Vec<Option<_>> = hits.into_iter().map(Some).collect();
+        let page = at
             .into_iter()
             .skip(self.offset)
             .take(self.limit)
+            .filter_map(|i| hits[i].take())
             .map(|(probe, source_label, target_label, mut rel)| {
+                rel.rel_type = probe.label;
                 rel.props = probe.props;
                 render::RelationshipView {
                     rel,

@@ -121,6 +121,26 @@ pub fn sort_elem(v: &PropValue, desc: bool) -> Option<&Scalar> {
     Some(best)
 }
 
+/// The positions `0..n` in the order `compare` gives the records `rec(i)`; positions, since
+/// what they index may be large to move.
+pub fn sorted_positions<'a>(
+    keys: &[OrderKey],
+    n: usize,
+    rec: impl Fn(usize) -> &'a Record,
+) -> Vec<usize> {
+    let mut at: Vec<usize> = (0..n).collect();
+    // Ordered by id first (or by nothing: id descending), ids being unique, the id decides
+    // alone; a u128 compares as the id's bytes do.
+    match keys.first().map(|k| (k.field.is_none(), k.desc)) {
+        None | Some((true, true)) => {
+            at.sort_unstable_by_key(|&i| std::cmp::Reverse(rec(i).id.as_u128()))
+        }
+        Some((true, false)) => at.sort_unstable_by_key(|&i| rec(i).id.as_u128()),
+        Some((false, _)) => at.sort_unstable_by(|&a, &b| compare(keys, rec(a), rec(b))),
+    }
+    at
+}
+
 /// Compares two records under the order keys, ties by id descending.
 pub fn compare(keys: &[OrderKey], a: &Record, b: &Record) -> Ordering {
     for k in keys {
@@ -162,4 +182,55 @@ pub fn compare(keys: &[OrderKey], a: &Record, b: &Record) -> Ordering {
         }
     }
     b.id.cmp(&a.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    /// `sorted_positions` (with its id-first shortcut) orders as `compare` does.
+    #[test]
+    fn sorted_positions_agree_with_compare() {
+        let records: Vec<Record> = (0..40)
+            .map(|i| {
+                let mut props = std::collections::BTreeMap::new();
+                if i % 3 != 0 {
+                    props.insert(
+                        "n".to_string(),
+                        PropValue::scalar(PropType::Number, Scalar::Int(i % 4)),
+                    );
+                }
+                Record {
+                    // Ids whose byte order differs from their creation order.
+                    id: uuid::Uuid::from_u128(((i as u128 * 7919) % 97) << 64 | i as u128),
+                    label: "L".into(),
+                    row: i as u64,
+                    version: 1,
+                    props,
+                }
+            })
+            .collect();
+        let key = |field: Option<&str>, desc| OrderKey {
+            field: field.map(str::to_string),
+            desc,
+        };
+        for keys in [
+            vec![],
+            vec![key(None, true)],
+            vec![key(None, false)],
+            vec![key(None, false), key(Some("n"), true)],
+            vec![key(Some("n"), false)],
+            vec![key(Some("n"), true), key(None, false)],
+        ] {
+            let got: Vec<Uuid> = sorted_positions(&keys, records.len(), |i| &records[i])
+                .into_iter()
+                .map(|i| records[i].id)
+                .collect();
+            let mut want = records.clone();
+            want.sort_by(|a, b| compare(&keys, a, b));
+            let want: Vec<Uuid> = want.iter().map(|r| r.id).collect();
+            assert_eq!(got, want, "keys {keys:?}");
+        }
+    }
 }

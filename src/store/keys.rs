@@ -98,35 +98,34 @@ impl Key {
     }
 }
 
+/// Appends `s` escaped (each 0 byte as 0x00 0xFF) and terminated by 0x00 0x01: escaped
+/// strings sort as their bytes do, and a prefix never sorts after a longer string.
 pub fn push_escaped(out: &mut Vec<u8>, s: &[u8]) {
-    for &b in s {
-        out.push(b);
-        if b == 0 {
-            out.push(0xFF);
-        }
+    let mut rest = s;
+    while let Some(z) = rest.iter().position(|&c| c == 0) {
+        out.extend_from_slice(&rest[..=z]);
+        out.push(0xFF);
+        rest = &rest[z + 1..];
     }
+    out.extend_from_slice(rest);
     out.extend_from_slice(&[0x00, 0x01]);
 }
 
 /// Reads an escaped string at the start of `b`; returns it and the bytes after it.
 pub fn read_escaped(b: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     let mut out = Vec::new();
-    let mut i = 0;
-    while i + 1 < b.len() + 1 {
-        let c = *b.get(i)?;
-        if c == 0 {
-            match *b.get(i + 1)? {
-                0xFF => out.push(0),
-                0x01 => return Some((out, &b[i + 2..])),
-                _ => return None,
-            }
-            i += 2;
-        } else {
-            out.push(c);
-            i += 1;
+    let mut rest = b;
+    // Runs between escape bytes are copied whole.
+    loop {
+        let z = rest.iter().position(|&c| c == 0)?;
+        out.extend_from_slice(&rest[..z]);
+        match *rest.get(z + 1)? {
+            0xFF => out.push(0),
+            0x01 => return Some((out, &rest[z + 2..])),
+            _ => return None,
         }
+        rest = &rest[z + 2..];
     }
-    None
 }
 
 /// Type tags in index order: numbers, then datetimes, then strings, then booleans
@@ -302,6 +301,21 @@ mod tests {
         o.extend_from_slice(b"rest");
         let (s, rest) = read_escaped(&o).unwrap();
         assert_eq!((s.as_slice(), rest), (&b"a\0b"[..], &b"rest"[..]));
+        // The exact encoding, and the round trip, with zeros at either end and in runs.
+        let mut o = Vec::new();
+        push_escaped(&mut o, b"\0x\0\0");
+        assert_eq!(o, [0, 0xFF, b'x', 0, 0xFF, 0, 0xFF, 0, 1]);
+        for text in [&b""[..], b"\0", b"\0\0", b"ab", b"\0a\0", b"a\0\0b\0"] {
+            let mut o = Vec::new();
+            push_escaped(&mut o, text);
+            o.push(7);
+            let (s, rest) = read_escaped(&o).unwrap();
+            assert_eq!((s.as_slice(), rest), (text, &[7u8][..]));
+        }
+        // Unterminated, or an escape byte other than 0xFF / 0x01: refused.
+        assert_eq!(read_escaped(b"ab"), None);
+        assert_eq!(read_escaped(&[b'a', 0]), None);
+        assert_eq!(read_escaped(&[b'a', 0, 2, 0, 1]), None);
         assert_eq!(prefix_end(&[1, 2, 0xFF]), vec![1, 3]);
     }
 }

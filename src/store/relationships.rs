@@ -22,7 +22,7 @@ use super::keys::{self, Key};
 use super::kv::{KvRead, Visit};
 use super::records::{self, RecordWriter};
 use crate::error::{Error, Result};
-use crate::model::{Direction, PropValue, Relationship};
+use crate::model::{Direction, IdSet, PropValue, Relationship};
 use std::collections::{BTreeMap, HashSet};
 use uuid::Uuid;
 
@@ -71,24 +71,41 @@ pub struct Edge {
     pub other: Uuid,
 }
 
-fn parse_edge(k: &[u8]) -> Result<Edge> {
+/// The fixed parts of an adjacency key: (direction, other end, relationship id). The key is
+/// tenant, node, direction, escaped type, other end (16 bytes), relationship id (16 bytes).
+fn edge_ends(k: &[u8]) -> Result<(Direction, Uuid, Uuid)> {
     let corrupt = || Error::internal("corrupt adjacency key");
-    let rest = k.get(ADJ_NODE_AT + 16..).ok_or_else(corrupt)?;
-    let (&d, rest) = rest.split_first().ok_or_else(corrupt)?;
+    let d = *k.get(ADJ_NODE_AT + 16).ok_or_else(corrupt)?;
+    let at = k
+        .len()
+        .checked_sub(32)
+        .filter(|at| *at > ADJ_NODE_AT + 16)
+        .ok_or_else(corrupt)?;
     let dir = if d == Direction::Out as u8 {
         Direction::Out
     } else {
         Direction::In
     };
-    let (ty, rest) = keys::read_escaped(rest).ok_or_else(corrupt)?;
+    let uuid = |b: &[u8]| <[u8; 16]>::try_from(b).map(Uuid::from_bytes);
+    Ok((
+        dir,
+        uuid(&k[at..at + 16]).map_err(|_| corrupt())?,
+        uuid(&k[at + 16..]).map_err(|_| corrupt())?,
+    ))
+}
+
+fn parse_edge(k: &[u8]) -> Result<Edge> {
+    let corrupt = || Error::internal("corrupt adjacency key");
+    let (dir, other, rel) = edge_ends(k)?;
+    let (ty, rest) = keys::read_escaped(&k[ADJ_NODE_AT + 17..]).ok_or_else(corrupt)?;
     if rest.len() != 32 {
         return Err(corrupt());
     }
     Ok(Edge {
-        rel: Uuid::from_slice(&rest[16..]).map_err(|_| corrupt())?,
+        rel,
         rel_type: String::from_utf8(ty).map_err(|_| corrupt())?,
         dir,
-        other: Uuid::from_slice(&rest[..16]).map_err(|_| corrupt())?,
+        other,
     })
 }
 
@@ -103,7 +120,10 @@ pub struct EdgeFilter {
 /// other end, as of the snapshot read.
 #[derive(Debug, Clone)]
 pub struct Adjacent {
-    pub edge: Edge,
+    /// `Out`: (node)-[rel]->(other).
+    pub dir: Direction,
+    pub other: Uuid,
+    /// Its type is the edge's (the key's type is not decoded again).
     pub rel: Relationship,
     pub other_label: String,
 }
@@ -182,14 +202,8 @@ pub fn others<R: KvRead + ?Sized>(
     visit: &mut dyn FnMut(Uuid) -> Result<bool>,
 ) -> Result<()> {
     scan_adjacency(kv, tenant, node, f, true, &mut |k, _| {
-        // The key ends with the other node and the relationship id.
-        let other = k
-            .len()
-            .checked_sub(32)
-            .filter(|at| *at > ADJ_NODE_AT + 16)
-            .and_then(|at| <[u8; 16]>::try_from(&k[at..at + 16]).ok())
-            .ok_or_else(|| Error::internal("corrupt adjacency key"))?;
-        visit(Uuid::from_bytes(other))
+        let (_, other, _) = edge_ends(k)?;
+        visit(other)
     })
 }
 
@@ -202,14 +216,15 @@ pub fn adjacent<R: KvRead + ?Sized>(
     visit: &mut dyn FnMut(Adjacent) -> Result<bool>,
 ) -> Result<()> {
     scan_adjacency(kv, tenant, node, f, false, &mut |k, v| {
-        let edge = parse_edge(k)?;
-        let (source, target) = match edge.dir {
-            Direction::Out => (*node, edge.other),
-            Direction::In => (edge.other, *node),
+        let (dir, other, id) = edge_ends(k)?;
+        let (source, target) = match dir {
+            Direction::Out => (*node, other),
+            Direction::In => (other, *node),
         };
-        let (other_label, rel) = codec::decode_adjacency(edge.rel, source, target, v)?;
+        let (other_label, rel) = codec::decode_adjacency(id, source, target, v)?;
         visit(Adjacent {
-            edge,
+            dir,
+            other,
             rel,
             other_label,
         })
@@ -285,10 +300,11 @@ pub fn node_edges_below<R: KvRead + ?Sized>(
     node: &Uuid,
     cap: usize,
 ) -> Result<Option<Vec<Adjacent>>> {
-    let (mut out, mut seen, mut entries) = (Vec::new(), HashSet::new(), 0);
+    // Only a self-loop has two entries under its node: those alone are deduplicated.
+    let (mut out, mut loops, mut entries) = (Vec::new(), IdSet::default(), 0);
     adjacent(kv, tenant, node, &EdgeFilter::default(), &mut |a| {
         entries += 1;
-        if seen.insert(a.edge.rel) {
+        if a.other != *node || loops.insert(a.rel.id) {
             out.push(a);
         }
         Ok(entries < cap)
@@ -672,24 +688,25 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         let t = self.tenant;
         for a in node_edges(&*self.ov, t, node)? {
             let Adjacent {
-                edge: e,
+                dir,
+                other,
                 rel,
                 other_label,
             } = a;
-            let self_loop = e.other == *node;
+            let self_loop = other == *node;
             let (o_from, o_to) = if self_loop {
                 (from, to)
             } else {
                 (other_label.as_str(), other_label.as_str())
             };
-            let (old, new) = match e.dir {
+            let (old, new) = match dir {
                 Direction::Out => (
-                    count_key(t, from, &e.rel_type, o_from),
-                    count_key(t, to, &e.rel_type, o_to),
+                    count_key(t, from, &rel.rel_type, o_from),
+                    count_key(t, to, &rel.rel_type, o_to),
                 ),
                 Direction::In => (
-                    count_key(t, o_from, &e.rel_type, from),
-                    count_key(t, o_to, &e.rel_type, to),
+                    count_key(t, o_from, &rel.rel_type, from),
+                    count_key(t, o_to, &rel.rel_type, to),
                 ),
             };
             self.add_count(old, -1)?;
@@ -698,17 +715,19 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             if self_loop {
                 for d in [Direction::Out, Direction::In] {
                     self.ov.put(
-                        adj_key(t, node, d, &e.rel_type, node, &e.rel),
+                        adj_key(t, node, d, &rel.rel_type, node, &rel.id),
                         value.clone(),
                     );
                 }
             } else {
-                let back = match e.dir {
+                let back = match dir {
                     Direction::Out => Direction::In,
                     Direction::In => Direction::Out,
                 };
-                self.ov
-                    .put(adj_key(t, &e.other, back, &e.rel_type, node, &e.rel), value);
+                self.ov.put(
+                    adj_key(t, &other, back, &rel.rel_type, node, &rel.id),
+                    value,
+                );
             }
         }
         Ok(())

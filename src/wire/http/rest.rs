@@ -108,6 +108,19 @@ pub(super) fn list_records(state: &HttpState, records: &[Record], total: u64) ->
     })
 }
 
+/// A page of relationships, in the shape `list` gives any page, written straight to bytes
+/// (`render::write_relationship_list`).
+pub(super) fn list_relationships(
+    state: &HttpState,
+    rels: &[render::RelationshipView],
+    total: u64,
+) -> HttpResponse {
+    page_with(state, total, 96 + 320 * rels.len(), |out| {
+        render::write_relationship_list(out, rels);
+        Ok(())
+    })
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct CreateBody {
     #[serde(default)]

@@ -2,7 +2,7 @@
 //! v1 operation: attach -> `linkRecordsById`, detach -> `unlinkRecordsById`, create-many /
 //! delete-many -> `linkRecords` / `unlinkRecords`, list and search -> `query relationships`.
 
-use super::{decode_body, list, list_records, ok, run, unexpected, SearchBody};
+use super::{decode_body, list, list_records, list_relationships, ok, run, unexpected, SearchBody};
 use crate::engine::Outcome;
 use crate::error::{Error, Result};
 use crate::protocol::{
@@ -131,7 +131,7 @@ fn relationships_list(state: &HttpState, o: Outcome) -> HttpResponse {
         Outcome::Relationships {
             relationships,
             total,
-        } => list(state, relationships, total),
+        } => list_relationships(state, &relationships, total),
         other => unexpected(other),
     }
 }

@@ -420,15 +420,16 @@ impl<'b, R: KvRead> Overlay<'b, R> {
             writes.extend(fresh.drain(..));
             return;
         }
-        // Stable: equal keys keep their write order, and the last of each run wins.
-        fresh.sort_by(|a, b| a.0.cmp(&b.0));
+        let order = write_order(&fresh);
         let mut sorted: Vec<KeyWrite> = Vec::with_capacity(fresh.len());
-        for (k, v) in fresh.drain(..) {
+        for i in order {
+            let (k, v) = std::mem::take(&mut fresh[i]);
             match sorted.last_mut() {
                 Some(last) if last.0 == k => last.1 = v,
                 _ => sorted.push((k, v)),
             }
         }
+        fresh.clear();
         *writes = sorted.into_iter().collect();
     }
     pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
@@ -445,6 +446,36 @@ impl<'b, R: KvRead> Overlay<'b, R> {
             mine.extend(writes);
         }
     }
+}
+
+/// The positions of `writes` ordered by (key, position): equal keys stay in write order.
+/// Each key is compared first by the 16 bytes after the prefix all the keys share (zero-padded:
+/// where two such words differ, they order as the keys do), so most comparisons are one u128
+/// comparison; equal words fall back to the whole keys. The (word, key, position) items are
+/// sorted in place, with no scratch buffer.
+fn write_order(writes: &[KeyWrite]) -> Vec<usize> {
+    let first = writes.first().map_or(&[][..], |w| w.0.as_slice());
+    let shared = writes.iter().fold(first.len(), |n, w| {
+        first[..n]
+            .iter()
+            .zip(&w.0)
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
+    let word = |k: &[u8]| {
+        let mut w = [0u8; 16];
+        let tail = &k[shared.min(k.len())..];
+        let n = tail.len().min(16);
+        w[..n].copy_from_slice(&tail[..n]);
+        u128::from_be_bytes(w)
+    };
+    let mut by_key: Vec<(u128, &[u8], usize)> = writes
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (word(&w.0), w.0.as_slice(), i))
+        .collect();
+    by_key.sort_unstable();
+    by_key.into_iter().map(|(_, _, i)| i).collect()
 }
 
 impl<R: KvRead> KvRead for Overlay<'_, R> {
@@ -528,6 +559,37 @@ fn merge_scan(
 
 #[cfg(test)]
 mod tests {
+    /// `write_order` orders as a stable sort by key does: keys sharing long prefixes, keys
+    /// that are prefixes of others (also by a zero byte), duplicates, the empty key.
+    #[test]
+    fn write_order_is_a_stable_sort_by_key() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..200 {
+            let n = (next() % 60) as usize;
+            let common: Vec<u8> = (0..round % 24).map(|i| i as u8).collect();
+            let writes: Vec<super::KeyWrite> = (0..n)
+                .map(|i| {
+                    let mut k = common.clone();
+                    for _ in 0..next() % 40 {
+                        // Few distinct bytes (zero among them): many shared prefixes and ties.
+                        k.push([0u8, 1, 0xFF][(next() % 3) as usize]);
+                    }
+                    (k, Some(vec![i as u8]))
+                })
+                .collect();
+            let mut want: Vec<usize> = (0..n).collect();
+            want.sort_by(|&a, &b| writes[a].0.cmp(&writes[b].0));
+            assert_eq!(super::write_order(&writes), want, "round {round}");
+        }
+        assert!(super::write_order(&[]).is_empty());
+    }
+
     use super::*;
 
     struct Mem(BTreeMap<Vec<u8>, Vec<u8>>);

@@ -427,7 +427,8 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     /// Relationships this batch created, by (source, type, target); and, per relationship
     /// counter key, whether the counter was 0 before the batch. Together they let a unique
     /// link skip its adjacency scan (`store::relationships`, `link`).
-    pub(super) created: HashSet<(Uuid, String, Uuid)>,
+    /// Keyed by type, then (source, target): a lookup clones nothing.
+    pub(super) created: HashMap<String, HashSet<(Uuid, Uuid), crate::model::IdHash>>,
     pub(super) none_before: HashMap<Vec<u8>, bool>,
     /// This batch removed a relationship or changed a record's label.
     pub(super) reshaped: bool,
@@ -447,7 +448,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             labels: HashMap::new(),
             dropped: None,
             prop_ids: HashMap::new(),
-            created: HashSet::new(),
+            created: HashMap::new(),
             none_before: HashMap::new(),
             reshaped: false,
         }

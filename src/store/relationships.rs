@@ -494,11 +494,13 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             .ok_or_else(|| Error::not_found(format!("record {id} not found")))
     }
 
+    /// Writes a relationship and both its adjacency entries. `new_count`: for a new one, its
+    /// counter key (`count_key` of its labels and type), which gains one.
     fn put_relationship(
         &mut self,
         rel: &Relationship,
         labels: (&str, &str),
-        new: bool,
+        new_count: Option<Vec<u8>>,
     ) -> Result<()> {
         let t = self.tenant;
         self.ov
@@ -526,8 +528,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             ),
             codec::encode_adjacency(labels.0, rel),
         );
-        if new {
-            self.add_count(count_key(t, labels.0, &rel.rel_type, labels.1), 1)?;
+        if let Some(ck) = new_count {
+            self.add_count(ck, 1)?;
         }
         Ok(())
     }
@@ -577,7 +579,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         Ok(zero
             && !self
                 .created
-                .contains(&(l.source, l.rel_type.clone(), l.target)))
+                .get(&l.rel_type)
+                .is_some_and(|s| s.contains(&(l.source, l.target))))
     }
 
     /// Creates (or, when unique and present, re-props) one relationship. Returns the number
@@ -611,7 +614,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                     .ok_or_else(|| Error::internal("adjacency without relationship"))?;
                 rel.props = l.props;
                 rel.version = self.seq;
-                self.put_relationship(&rel, (&sl, &tl), false)?;
+                self.put_relationship(&rel, (&sl, &tl), None)?;
                 return Ok(0);
             }
         }
@@ -624,9 +627,12 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             target: l.target,
             props: l.props,
         };
-        self.put_relationship(&rel, (&sl, &tl), true)?;
-        self.created
-            .insert((rel.source, rel.rel_type.clone(), rel.target));
+        self.put_relationship(&rel, (&sl, &tl), Some(ck))?;
+        let pair = (rel.source, rel.target);
+        match self.created.get_mut(&rel.rel_type) {
+            Some(pairs) => pairs.insert(pair),
+            None => self.created.entry(rel.rel_type).or_default().insert(pair),
+        };
         Ok(1)
     }
 

@@ -798,7 +798,7 @@ def test_a_timed_out_write_wrote_nothing(engine_factory, tmp_path):
         raise AssertionError("no label count within 100 tries")
 
     accepted, answers = 0, {200: 0, 408: 0}
-    for n in [200, 500, 1000, 2000, 4000, 8000] * 3:
+    for n in [200, 500, 1000, 2000, 4000, 8000, 32000] * 3:
         r = api.post("/protocol/v1/execute", {"protocolVersion": 1, "operation": {"kind": "ingest", "ingest": {
             "kind": "documents", "label": "BUDGET", "documents": [{"i": i, "s": "x%d" % i} for i in range(n)]}}})
         assert r.status_code in (200, 408), r.text

@@ -723,7 +723,7 @@ fn by_id_only(order: &[OrderKey]) -> Option<bool> {
 
 /// Orders ids (time order) and cuts the page `[offset, want)`; `want` None keeps the rest.
 fn id_page(mut ids: Vec<Uuid>, desc: bool, offset: usize, want: Option<usize>) -> Vec<Uuid> {
-    ids.sort_unstable();
+    crate::model::sort_ids(&mut ids);
     if desc {
         ids.reverse();
     }

@@ -500,7 +500,7 @@ fn reach_back<R: KvRead>(
     };
     for depth in 1..=max {
         // In key order, consecutive adjacency reads share the upper pages of the B-tree.
-        frontier.sort_unstable();
+        crate::model::sort_ids(&mut frontier);
         let mut next = Vec::new();
         let others = neighbours(kv, tenant, &frontier, &back)?;
         // Grown once, not doubling along the way.

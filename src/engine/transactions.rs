@@ -786,7 +786,7 @@ fn as_create(op: &WriteOp) -> Option<&PutRecord> {
 /// `new` as creates when they are creates only, of ids no earlier op of a transaction of
 /// creates used; None otherwise.
 fn creates_of_new_ids<'a>(staged: &[WriteOp], new: &'a [WriteOp]) -> Option<Vec<&'a PutRecord>> {
-    let mut ids = std::collections::HashSet::new();
+    let mut ids = crate::model::IdSet::default();
     if !staged
         .iter()
         .all(|op| as_create(op).is_some_and(|p| ids.insert(p.id)))

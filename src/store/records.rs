@@ -7,7 +7,7 @@ use super::keys::{self, Key};
 use super::kv::{KvRead, Overlay};
 use super::relationships::{LinkRel, UnlinkRel};
 use crate::error::{Error, Result};
-use crate::model::{infer::PropWrites, PropType, PropValue, Record};
+use crate::model::{infer::PropWrites, IdHash, IdMap, PropType, PropValue, Record};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use uuid::Uuid;
 
@@ -411,25 +411,25 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     /// Properties that lost holders in this batch; their metadata goes if nothing holds them.
     touched: BTreeSet<Uuid>,
     /// Upserts that matched an existing record: their provisional id -> the matched id.
-    remap: HashMap<Uuid, Uuid>,
+    remap: IdMap<Uuid>,
     /// Counter deltas (label, relationship counts; (count, array count) pairs), applied once
     /// in `finish`: a bulk write touches the same few counters once per record.
-    counts: HashMap<Vec<u8>, i64>,
-    pairs: HashMap<Vec<u8>, (i64, i64)>,
+    counts: HashMap<Vec<u8>, i64, IdHash>,
+    pairs: HashMap<Vec<u8>, (i64, i64), IdHash>,
     /// The last row number handed out, once read; stored in `finish`.
     row: Option<u64>,
     /// Labels of records this batch wrote, so links between them need not decode them.
-    pub(super) labels: HashMap<Uuid, String>,
+    pub(super) labels: IdMap<String>,
     /// The tenant name a `PurgeTenant` removed from the directory.
     pub dropped: Option<String>,
     /// Property ids resolved in this batch (metadata is only dropped in `finish`).
-    prop_ids: HashMap<(String, PropType), Uuid>,
+    prop_ids: HashMap<(String, PropType), Uuid, IdHash>,
     /// Relationships this batch created, by (source, type, target); and, per relationship
     /// counter key, whether the counter was 0 before the batch. Together they let a unique
     /// link skip its adjacency scan (`store::relationships`, `link`).
     /// Keyed by type, then (source, target): a lookup clones nothing.
-    pub(super) created: HashMap<String, HashSet<(Uuid, Uuid), crate::model::IdHash>>,
-    pub(super) none_before: HashMap<Vec<u8>, bool>,
+    pub(super) created: HashMap<String, HashSet<(Uuid, Uuid), IdHash>, IdHash>,
+    pub(super) none_before: HashMap<Vec<u8>, bool, IdHash>,
     /// This batch removed a relationship or changed a record's label.
     pub(super) reshaped: bool,
 }
@@ -441,15 +441,15 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             tenant,
             seq,
             touched: BTreeSet::new(),
-            remap: HashMap::new(),
-            counts: HashMap::new(),
-            pairs: HashMap::new(),
+            remap: Default::default(),
+            counts: Default::default(),
+            pairs: Default::default(),
             row: None,
-            labels: HashMap::new(),
+            labels: Default::default(),
             dropped: None,
-            prop_ids: HashMap::new(),
-            created: HashMap::new(),
-            none_before: HashMap::new(),
+            prop_ids: Default::default(),
+            created: Default::default(),
+            none_before: Default::default(),
             reshaped: false,
         }
     }

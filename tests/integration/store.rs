@@ -151,11 +151,11 @@ fn assert_adjacency_current(store: &Store, node: &Uuid) -> usize {
     let snap = store.snapshot().unwrap();
     let mut n = 0;
     rels::adjacent(&snap, 0, node, &rels::EdgeFilter::default(), &mut |a| {
-        let stored = rels::get_relationship(&snap, 0, &a.edge.rel)
+        let stored = rels::get_relationship(&snap, 0, &a.rel.id)
             .unwrap()
             .unwrap();
         assert_eq!(a.rel, stored, "adjacency body of {node}");
-        let other = records::get_record(&snap, 0, &a.edge.other)
+        let other = records::get_record(&snap, 0, &a.other)
             .unwrap()
             .unwrap();
         assert_eq!(a.other_label, other.label, "other label under {node}");

@@ -107,10 +107,8 @@ pub fn write_flat(out: &mut Vec<u8>, r: &Record) {
         put_str(out, &r.label);
         out.push(b',');
     }
-    for (k, v) in &r.props {
-        put_str(out, k);
-        out.push(b':');
-        put_value(out, v);
+    put_entries(out, &r.props, put_value);
+    if !r.props.is_empty() {
         out.push(b',');
     }
     out.extend_from_slice(b"\"__id\":");
@@ -118,15 +116,37 @@ pub fn write_flat(out: &mut Vec<u8>, r: &Record) {
     out.extend_from_slice(b",\"__label\":");
     put_str(out, &r.label);
     out.extend_from_slice(b",\"__proptypes\":{");
-    for (i, (k, v)) in r.props.iter().enumerate() {
+    put_entries(out, &r.props, |out, v| plain(out, v.ty.name().as_bytes()));
+    out.extend_from_slice(b"}}");
+}
+
+/// Appends a map's entries as `"key":value` pairs separated by commas (no braces), each
+/// value written by `value`.
+fn put_entries(
+    out: &mut Vec<u8>,
+    map: &std::collections::BTreeMap<String, crate::model::PropValue>,
+    value: impl Fn(&mut Vec<u8>, &crate::model::PropValue),
+) {
+    for (i, (k, v)) in map.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
         put_str(out, k);
         out.push(b':');
-        plain(out, v.ty.name().as_bytes());
+        value(out, v);
     }
-    out.extend_from_slice(b"}}");
+}
+
+/// Appends `[item, ...]`, each written by `item`.
+fn put_list<T>(out: &mut Vec<u8>, items: &[T], item: impl Fn(&mut Vec<u8>, &T)) {
+    out.push(b'[');
+    for (i, x) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        item(out, x);
+    }
+    out.push(b']');
 }
 
 fn put_value(out: &mut Vec<u8>, v: &crate::model::PropValue) {
@@ -193,14 +213,7 @@ pub fn record(r: &Record) -> Value {
 
 /// `[record, ...]` as flat REST JSON.
 pub fn write_flat_list(out: &mut Vec<u8>, records: &[Record]) {
-    out.push(b'[');
-    for (i, r) in records.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_flat(out, r);
-    }
-    out.push(b']');
+    put_list(out, records, write_flat);
 }
 
 /// A record as flat REST JSON, as a tree (for answers built as trees).
@@ -245,27 +258,13 @@ pub fn write_relationship(out: &mut Vec<u8>, v: &RelationshipView) {
     out.extend_from_slice(b",\"type\":");
     put_str(out, &r.rel_type);
     out.extend_from_slice(b",\"properties\":{");
-    for (i, (k, p)) in r.props.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        put_str(out, k);
-        out.push(b':');
-        put_value(out, p);
-    }
+    put_entries(out, &r.props, put_value);
     out.extend_from_slice(b"}}");
 }
 
 /// `[relationship, ...]`, each as [`write_relationship`] writes it.
 pub fn write_relationship_list(out: &mut Vec<u8>, rels: &[RelationshipView]) {
-    out.push(b'[');
-    for (i, v) in rels.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_relationship(out, v);
-    }
-    out.push(b']');
+    put_list(out, rels, write_relationship);
 }
 
 impl Serialize for RelationshipView {

@@ -155,9 +155,7 @@ fn assert_adjacency_current(store: &Store, node: &Uuid) -> usize {
             .unwrap()
             .unwrap();
         assert_eq!(a.rel, stored, "adjacency body of {node}");
-        let other = records::get_record(&snap, 0, &a.other)
-            .unwrap()
-            .unwrap();
+        let other = records::get_record(&snap, 0, &a.other).unwrap().unwrap();
         assert_eq!(a.other_label, other.label, "other label under {node}");
         n += 1;
         Ok(true)

@@ -15,7 +15,10 @@ pub type IdMap<V> = std::collections::HashMap<Uuid, V, IdHash>;
 /// Hashes a UUID's 16 bytes with a folded multiply per 8-byte word (the 128-bit product's
 /// halves XORed, as in wyhash) from a per-process random seed. A UUIDv7's last 8 bytes are
 /// mostly random already; the seed and the folding make the bucket of a chosen id unknown to
-/// whoever chose it.
+/// whoever chose it. A write batch's maps keyed by strings and byte keys use it too (counter
+/// keys, property ids, created links by type): a byte key is hashed with its length, but a
+/// string is not, and its last word is zero-padded, so strings that differ only by up to 7
+/// trailing NUL bytes collide (at most 8 to a family; the map tells them apart by equality).
 #[derive(Clone, Copy)]
 pub struct IdHash {
     seed: u64,
@@ -88,7 +91,8 @@ impl Bloom {
     }
 }
 
-/// See [`IdHash`]. Other inputs than a UUID's bytes (a length prefix) are folded in too.
+/// See [`IdHash`]. Other inputs than a UUID's bytes (a length prefix, a string's bytes) are
+/// folded in too, word by word.
 pub struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {

@@ -870,6 +870,8 @@ impl RelSpec {
     /// (source label, target label) when the relationship matches in the given orientation
     /// (`swapped`: its target taken as the source). `known`: the (source, target) labels
     /// when the caller has them; `probe`: the relationship as a record (its type as label).
+    /// The type and properties are in `probe` only: `rel` holds them empty until the page is
+    /// built (`run`).
     fn matches<R: KvRead>(
         &self,
         reads: &mut Reads<'_, R>,

@@ -452,7 +452,7 @@ impl<'b, R: KvRead> Overlay<'b, R> {
 /// Each key is compared first by the 16 bytes after the prefix all the keys share (zero-padded:
 /// where two such words differ, they order as the keys do), so most comparisons are one u128
 /// comparison; equal words fall back to the whole keys. The (word, key, position) items are
-/// sorted in place, with no scratch buffer.
+/// sorted unstably in place (the position makes every item distinct).
 fn write_order(writes: &[KeyWrite]) -> Vec<usize> {
     let first = writes.first().map_or(&[][..], |w| w.0.as_slice());
     let shared = writes.iter().fold(first.len(), |n, w| {
@@ -576,6 +576,11 @@ mod tests {
             let writes: Vec<super::KeyWrite> = (0..n)
                 .map(|i| {
                     let mut k = common.clone();
+                    // Half the keys share a run of 16-20 more bytes (words equal past the
+                    // shared prefix: the whole keys decide), the rest may differ at once.
+                    if i % 2 == 0 {
+                        k.extend(std::iter::repeat_n(7u8, 16 + (round % 5)));
+                    }
                     for _ in 0..next() % 40 {
                         // Few distinct bytes (zero among them): many shared prefixes and ties.
                         k.push([0u8, 1, 0xFF][(next() % 3) as usize]);

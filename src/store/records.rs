@@ -424,10 +424,10 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     pub dropped: Option<String>,
     /// Property ids resolved in this batch (metadata is only dropped in `finish`).
     prop_ids: HashMap<(String, PropType), Uuid, IdHash>,
-    /// Relationships this batch created, by (source, type, target); and, per relationship
-    /// counter key, whether the counter was 0 before the batch. Together they let a unique
-    /// link skip its adjacency scan (`store::relationships`, `link`).
-    /// Keyed by type, then (source, target): a lookup clones nothing.
+    /// Relationships this batch created, by type then (source, target) (a lookup clones
+    /// nothing); and, per relationship counter key, whether the counter was 0 before the
+    /// batch. Together they let a unique link skip its adjacency scan
+    /// (`store::relationships`, `link`).
     pub(super) created: HashMap<String, HashSet<(Uuid, Uuid), IdHash>, IdHash>,
     pub(super) none_before: HashMap<Vec<u8>, bool, IdHash>,
     /// This batch removed a relationship or changed a record's label.

@@ -72,14 +72,15 @@ pub struct Edge {
 }
 
 /// The fixed parts of an adjacency key: (direction, other end, relationship id). The key is
-/// tenant, node, direction, escaped type, other end (16 bytes), relationship id (16 bytes).
+/// keyspace byte, tenant, kind byte, node (16 bytes), direction, escaped type (at least its
+/// two-byte terminator), other end (16 bytes), relationship id (16 bytes).
 fn edge_ends(k: &[u8]) -> Result<(Direction, Uuid, Uuid)> {
     let corrupt = || Error::internal("corrupt adjacency key");
     let d = *k.get(ADJ_NODE_AT + 16).ok_or_else(corrupt)?;
     let at = k
         .len()
         .checked_sub(32)
-        .filter(|at| *at > ADJ_NODE_AT + 16)
+        .filter(|at| *at >= ADJ_NODE_AT + 16 + 1 + 2)
         .ok_or_else(corrupt)?;
     let dir = if d == Direction::Out as u8 {
         Direction::Out
@@ -123,7 +124,7 @@ pub struct Adjacent {
     /// `Out`: (node)-[rel]->(other).
     pub dir: Direction,
     pub other: Uuid,
-    /// Its type is the edge's (the key's type is not decoded again).
+    /// Its type comes from the value (the key's copy of it is not decoded).
     pub rel: Relationship,
     pub other_label: String,
 }

@@ -351,6 +351,15 @@ def test_a_records_relationships_follow_its_neighbours_labels_and_properties(api
     assert r.status_code == 200, r.text
     assert by_other(shop["i2"])[(shop["i2"], "SAME")] == ("Gift", "Gift", {})
     assert by_other(shop["o3"])[(shop["i2"], "CONTAINS")][1] == "Gift"
+    # the self-loop (two adjacency entries under its record) is listed once, and counted once
+    # under the new label (CONTAINS from o2 and o3 besides)
+    listed = rels_of(api, shop["i2"])
+    ids = [x["id"] for x in listed["data"]]
+    assert len(ids) == len(set(ids)) == listed["total"] == 3, listed
+    r = api.protocol({"kind": "describe", "describe": {"kind": "schema"}})
+    rels = {(x["sourceLabel"], x["type"], x["targetLabel"]): x["count"] for x in r.json()["response"]["schema"]["relationships"]}
+    assert rels[("Gift", "SAME", "Gift")] == 1 and ("Item", "SAME", "Item") not in rels, rels
+    assert rels[("Order", "CONTAINS", "Gift")] == 2, rels
     # label selectors of the record's relationship search use the same labels
     r = api.post("/api/v1/relationships/search", {"where": {"sourceLabel": "Vip"}, "limit": 100})
     assert r.status_code == 200, r.text

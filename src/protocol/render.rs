@@ -159,16 +159,7 @@ fn put_value(out: &mut Vec<u8>, v: &crate::model::PropValue) {
         }
     };
     match (v.array, v.items.first()) {
-        (true, _) => {
-            out.push(b'[');
-            for (i, x) in v.items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                scalar(out, x);
-            }
-            out.push(b']');
-        }
+        (true, _) => put_list(out, &v.items, scalar),
         (false, Some(x)) => scalar(out, x),
         (false, None) => out.extend_from_slice(b"null"),
     }

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::model::infer::PropertyInput;
 use crate::model::Record;
 use bytes::Bytes;
+use std::io::Write;
 
 use crate::protocol::{
     self, DeletePropertyOp, DeleteRecordOp, DescribeOp, DescribeQuery, DocQuery, IdRef,
@@ -63,7 +64,7 @@ fn page_with(
     if items(&mut out).is_err() {
         return super::bytes_response(200, Vec::new());
     }
-    out.extend_from_slice(format!(",\"total\":{total}}}").as_bytes());
+    let _ = write!(out, ",\"total\":{total}}}");
     if !flat {
         out.push(b'}');
     }
@@ -468,8 +469,6 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     (template, result.unwrap_or_else(|e| rest_error(&e)))
 }
 
-/// Routes of SPEC.md whose capability has not landed yet: they answer 501 `unsupported`
-/// (after authentication) rather than 404, naming the capability.
 /// A path segment with its percent-encoded octets decoded (RFC 3986 section 2.1: `%2D` is
 /// `-`, so an id sent encoded names the same record); a segment whose encoding is malformed,
 /// or decodes to something other than UTF-8, is kept as sent (and refused as such where an
@@ -502,6 +501,8 @@ fn percent_decoded(seg: &str) -> std::borrow::Cow<'_, str> {
         .unwrap_or(std::borrow::Cow::Borrowed(seg))
 }
 
+/// Routes of SPEC.md whose capability has not landed yet: they answer 501 `unsupported`
+/// (after authentication) rather than 404, naming the capability.
 fn later_route(method: &Method, segs: &[&str]) -> Option<(&'static str, &'static str)> {
     Some(match (method, segs) {
         (_, ["relationships", "patterns", ..]) => (

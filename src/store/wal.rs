@@ -24,6 +24,15 @@
 //! written): none of those can be a frame somebody was told about. The two files' frames are
 //! replayed together in sequence order.
 //!
+//! Where the filesystem allows it, frames are written through a second descriptor opened
+//! with `O_DIRECT | O_DSYNC`: each write covers whole 4 KiB blocks (the current block's
+//! earlier bytes, kept in memory, then the frame, then zeroes to the block's end) and is
+//! durable when it returns, one device write and one cache flush, without the page cache's
+//! writeback in between (~15-25 µs less per sync than write + fdatasync on this machine's
+//! ext4). The zeroes keep the "zero-filled ahead" rule. Rewriting a block that holds earlier
+//! acknowledged frames is what the buffered path does too: the kernel writes whole pages.
+//! A filesystem that refuses direct I/O (tmpfs) gets the buffered path.
+//!
 //! Frame: magic u32 | payload length u32 | crc32 of (seq, payload) u32 | seq u64 | payload.
 //! Payload: entries of kind u8 (1 put, 2 delete) | key length u32 | key | [value length u32 | value].
 
@@ -39,6 +48,9 @@ const HEADER: usize = 20;
 const MIN_EXTEND: u64 = 1 << 20;
 /// ...doubling the file, up to this much at a time.
 const MAX_EXTEND: u64 = 32 << 20;
+/// Direct writes cover whole blocks of this size, from buffers aligned to it (a multiple of
+/// every logical block size in use).
+const BLOCK: u64 = 4096;
 
 /// One write: a key and its new value (None deletes it).
 pub type KvWrite = (Vec<u8>, Option<Vec<u8>>);
@@ -61,6 +73,13 @@ struct Segment {
     len: u64,
     /// The file's size: zero-filled (or an earlier cycle's frames) beyond `len`.
     allocated: u64,
+    /// The same file opened with `O_DIRECT | O_DSYNC`, when the filesystem allows it.
+    direct: Option<File>,
+    /// The bytes of the block holding `len` that come before it (`len % BLOCK` of them):
+    /// a direct write rewrites them in front of the frame.
+    tail: Vec<u8>,
+    /// Room for one direct write, aligned to `BLOCK` somewhere inside.
+    aligned: Vec<u8>,
 }
 
 /// The segments' file names; the first is the name a single-file log had.
@@ -172,17 +191,29 @@ impl Segment {
         }
         let size = file.metadata().map_err(|e| io(e, &path))?.len();
         let (frames, at) = read_frames(&file, size).map_err(|e| io(e, &path))?;
+        let mut tail = vec![0u8; (at % BLOCK) as usize];
+        file.read_exact_at(&mut tail, at - at % BLOCK)
+            .map_err(|e| io(e, &path))?;
         let mut seg = Segment {
+            direct: open_direct(&path),
             file,
             path,
             len: at,
             allocated: size,
+            tail,
+            aligned: Vec::new(),
         };
         if size < (at + HEADER as u64).max(MIN_EXTEND) {
             seg.extend(MIN_EXTEND)?;
             seg.file.sync_all().map_err(|e| io(e, &seg.path))?;
         }
         Ok((seg, frames))
+    }
+
+    /// Moves the write position back to the start of the file.
+    fn restart(&mut self) {
+        self.len = 0;
+        self.tail.clear();
     }
 
     /// Zero-fills the file from its end to at least `need` bytes (doubling, in bounded steps).
@@ -203,17 +234,86 @@ impl Segment {
     /// Writes an encoded frame at the write position and waits until it is on disk.
     fn write(&mut self, frame: &[u8]) -> Result<()> {
         let end = self.len + frame.len() as u64;
-        // Keep zeroes ahead so the frame after this one does not grow the file either; a
-        // growing step is synced by this frame's fdatasync (the size changed).
-        if end + HEADER as u64 > self.allocated {
-            self.extend(end + HEADER as u64)?;
+        let block_at = self.len - self.tail.len() as u64;
+        let block_end = end.div_ceil(BLOCK) * BLOCK;
+        // Keep zeroes ahead so the frame after this one does not grow the file either (and a
+        // direct write's padding stays inside the file). A growing step is synced here on
+        // the direct path, and by this frame's fdatasync (the size changed) on the other.
+        let need = (end + HEADER as u64).max(block_end);
+        if need > self.allocated {
+            self.extend(need)?;
+            if self.direct.is_some() {
+                self.file.sync_data().map_err(|e| io(e, &self.path))?;
+            }
+        }
+        if self.direct.is_some() {
+            match self.write_direct(frame, block_at, block_end) {
+                Ok(()) => {
+                    self.len = end;
+                    return Ok(());
+                }
+                // Refused before anything was written (alignment the device does not take):
+                // from now on, the buffered path.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => self.direct = None,
+                Err(e) => return Err(io(e, &self.path)),
+            }
         }
         self.file
             .write_all_at(frame, self.len)
             .map_err(|e| io(e, &self.path))?;
         self.file.sync_data().map_err(|e| io(e, &self.path))?;
+        // `tail` is not kept on this path: once buffered, a segment stays buffered.
         self.len = end;
         Ok(())
+    }
+
+    /// The direct path of [`Segment::write`]: the blocks from `block_at` to `block_end`
+    /// hold the kept tail, the frame, and zeroes; durable when the write returns.
+    fn write_direct(&mut self, frame: &[u8], block_at: u64, block_end: u64) -> std::io::Result<()> {
+        let n = (block_end - block_at) as usize;
+        if self.aligned.len() < n + BLOCK as usize {
+            self.aligned = vec![0u8; (n + BLOCK as usize).next_power_of_two()];
+        }
+        let off = self.aligned.as_ptr().align_offset(BLOCK as usize);
+        let out = &mut self.aligned[off..off + n];
+        let (kept, rest) = out.split_at_mut(self.tail.len());
+        kept.copy_from_slice(&self.tail);
+        let (body, pad) = rest.split_at_mut(frame.len());
+        body.copy_from_slice(frame);
+        pad.fill(0);
+        let direct = self
+            .direct
+            .as_ref()
+            .expect("the direct path has its descriptor");
+        direct.write_all_at(out, block_at)?;
+        // The new tail: the written bytes of the last block, unless the frame ended on a
+        // block boundary.
+        let end = self.len + frame.len() as u64;
+        let from = (end - end % BLOCK - block_at) as usize;
+        let to = (end - block_at) as usize;
+        self.tail.clear();
+        self.tail
+            .extend_from_slice(&self.aligned[off + from..off + to]);
+        Ok(())
+    }
+}
+
+/// Opens `path` a second time for direct, synchronous writes; None where the filesystem (or
+/// the platform) does not offer them.
+fn open_direct(path: &Path) -> Option<File> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+            .open(path)
+            .ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        None
     }
 }
 
@@ -296,7 +396,7 @@ impl Wal {
     /// Starts the inactive segment over; call only once everything in it is durable in the
     /// store.
     pub fn release_inactive(&mut self) {
-        self.segs[1 - self.active].len = 0;
+        self.segs[1 - self.active].restart();
     }
 
     /// Starts both segments over at offset 0; call only once everything in them is durable
@@ -304,7 +404,7 @@ impl Wal {
     /// has a sequence no newer than the durable one, and replay skips it.
     pub fn reset(&mut self) {
         for s in &mut self.segs {
-            s.len = 0;
+            s.restart();
         }
     }
 }
@@ -404,6 +504,57 @@ mod tests {
         let (_, frames) = Wal::open(dir.path()).unwrap();
         assert_eq!(seqs(&frames), (1..=8).collect::<Vec<_>>());
         assert_eq!(frames[7].writes[0].1.as_deref(), Some(&value[..]));
+    }
+
+    /// Frames of many sizes (inside one block, across boundaries, ending exactly on one,
+    /// longer than a block), with reopenings in between (the kept tail is read back from
+    /// the file), on the direct path where the filesystem offers it and on the buffered one.
+    #[test]
+    fn frames_of_every_size_round_trip_on_both_write_paths() {
+        for direct in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut expected = Vec::new();
+            let mut seq = 0u64;
+            for reopen in 0..3 {
+                let (mut w, frames) = Wal::open(dir.path()).unwrap();
+                assert_eq!(frames.len(), expected.len(), "reopening {reopen}");
+                for (f, want) in frames.iter().zip(&expected) {
+                    assert_eq!(&f.writes, want);
+                }
+                if !direct {
+                    for s in &mut w.segs {
+                        s.direct = None;
+                    }
+                }
+                for size in [1usize, 7, 500, 4000, 4096 - 30, 9000, 3, 70_000, 2] {
+                    // A frame of `HEADER + 17 + value` bytes (an 8-byte key) that ends on
+                    // the next block boundary.
+                    for boundary in [false, true] {
+                        let to_boundary = (BLOCK - w.len() % BLOCK + BLOCK) as usize;
+                        let value_len = if boundary {
+                            to_boundary - HEADER - 17
+                        } else {
+                            size
+                        };
+                        seq += 1;
+                        let writes =
+                            vec![(seq.to_le_bytes().to_vec(), Some(vec![seq as u8; value_len]))];
+                        w.append(seq, borrowed(&writes)).unwrap();
+                        expected.push(writes);
+                    }
+                    assert_eq!(w.len() % BLOCK, 0);
+                }
+                assert_eq!(
+                    w.segs[w.active].direct.is_some(),
+                    direct && open_direct(&dir.path().join("wal.log")).is_some()
+                );
+            }
+            let (_, frames) = Wal::open(dir.path()).unwrap();
+            assert_eq!(seqs(&frames), (1..=seq).collect::<Vec<_>>());
+            for (f, want) in frames.iter().zip(&expected) {
+                assert_eq!(&f.writes, want);
+            }
+        }
     }
 
     #[test]

@@ -156,8 +156,23 @@ pub fn newest_wins<'a>(
         if out.last().is_none_or(|(last, _)| *last != k) {
             out.push((k, v));
         }
-        if let Some((k, v)) = runs[i].next() {
-            heap.push(Reverse((k.as_slice(), Reverse(i), v.as_deref())));
+        // Batch i goes on while its keys stay below every other run's head: one comparison
+        // per key instead of a trip through the heap. Record ids grow with time, so a group's
+        // keys of one kind (records, one property's index entries) come in runs. Such a key
+        // is above `k` (its run ascends) and below every head, so it is new and the smallest.
+        let mut next = runs[i].next();
+        while let Some((nk, nv)) = next {
+            if heap
+                .peek()
+                .is_some_and(|Reverse((head, _, _))| nk.as_slice() >= *head)
+            {
+                break;
+            }
+            out.push((nk.as_slice(), nv.as_deref()));
+            next = runs[i].next();
+        }
+        if let Some((nk, nv)) = next {
+            heap.push(Reverse((nk.as_slice(), Reverse(i), nv.as_deref())));
         }
     }
     out
@@ -801,6 +816,41 @@ mod tests {
         let first = newest_wins(&batches[..1], (Bound::Excluded(&[1][..]), Bound::Unbounded));
         let want: Vec<(&[u8], Option<&[u8]>)> = vec![(&[2], Some(&[1])), (&[4], Some(&[1]))];
         assert_eq!(first, want);
+    }
+
+    /// The merge against a reference (later batches overwrite earlier ones in a map), on
+    /// batches with interleaved runs, shared keys and deletions.
+    #[test]
+    fn newest_wins_matches_a_map_of_every_batch_in_order() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        for _ in 0..200 {
+            let batches: Vec<Arc<Batch>> = (0..1 + next(8))
+                .map(|seq| {
+                    let writes: BTreeMap<Vec<u8>, Option<Vec<u8>>> = (0..next(30))
+                        .map(|_| {
+                            let key = vec![next(3) as u8, next(40) as u8];
+                            let value = (next(4) != 0).then(|| vec![seq as u8]);
+                            (key, value)
+                        })
+                        .collect();
+                    Arc::new(Batch::new(seq, writes))
+                })
+                .collect();
+            let mut want: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+            for b in &batches {
+                for (k, v) in &b.writes {
+                    want.insert(k, v.as_deref());
+                }
+            }
+            let got = newest_wins(&batches, (Bound::Unbounded, Bound::Unbounded));
+            assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+        }
     }
 
     #[test]

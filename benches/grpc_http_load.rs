@@ -22,8 +22,9 @@
 //! counts as an error. Connections are opened before the clock starts; a broken one is
 //! reopened (counted as an error). Prints one JSON line: requests, errors, rps, p50/p99 µs.
 //!
-//! `http-tx` (W-TX, benches/run-tx.sh): `conc` tasks, each on its own keep-alive HTTP/1.1
-//! connection, each running client transactions one after another: `POST /api/v1/tx
+//! `http-tx` (W-TX, benches/run-tx.sh): `conc` tasks on a current-thread runtime, each on its
+//! own keep-alive HTTP/1.1 connection (a lean client, `RawHttp`: requests written from one
+//! buffer, answers parsed with httparse, as wrk and pgbench do; not hyper's client), each running client transactions one after another: `POST /api/v1/tx
 //! {"ttl":30000}`, `writes` x `POST /api/v1/records` (a create, label `ORDER`) with
 //! `X-Transaction-Id`, `POST /api/v1/tx/{id}/commit`. No transaction begins after `duration`
 //! seconds; the open one is finished (up to `drain` more seconds). A write that is not staged
@@ -138,15 +139,19 @@ fn main() {
         .unwrap_or(1);
     // The null servers run on the engine's default worker count, as the engine does.
     let server = args.mode.starts_with("null-");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(if server {
-            engine::config::Runtime::default().worker_threads()
-        } else {
-            threads
-        })
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // http-tx runs on one thread (the client is pinned to one CPU): no work stealing.
+    let rt = match args.mode.as_str() {
+        "http-tx" => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .worker_threads(if server {
+        engine::config::Runtime::default().worker_threads()
+    } else {
+        threads
+    })
+    .enable_all()
+    .build()
+    .expect("runtime");
     match args.mode.as_str() {
         "null-grpc-server" => rt.block_on(null_grpc_server(args.listen)),
         "null-h2-server" => rt.block_on(null_h2_server(args.listen)),
@@ -732,47 +737,122 @@ struct TxShared {
     write_body: Bytes,
 }
 
-impl TxShared {
-    fn request(
-        &self,
-        uri: &str,
+/// A lean HTTP/1.1 keep-alive client for `http-tx`, in the spirit of wrk and pgbench: one
+/// request at a time, written from one buffer, the answer read into another and parsed by
+/// httparse (the parser hyper uses). hyper's client hands each request and answer between two
+/// tasks over channels; with 32 connections on one CPU that cost ~5x pgbench's user CPU, time
+/// taken from the engine on a 2-core machine. Answers must carry `Content-Length` (the
+/// engine's do on these routes); anything else is an error.
+struct RawHttp {
+    stream: tokio::net::TcpStream,
+    req: Vec<u8>,
+    buf: Vec<u8>,
+    /// Where the last answer's body is in `buf`.
+    body: std::ops::Range<usize>,
+}
+
+impl RawHttp {
+    async fn connect(target: &str) -> Result<RawHttp, String> {
+        let stream = tokio::net::TcpStream::connect(target)
+            .await
+            .map_err(|e| format!("connect {target}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(RawHttp {
+            stream,
+            req: Vec::with_capacity(512),
+            buf: Vec::with_capacity(4096),
+            body: 0..0,
+        })
+    }
+
+    /// The last answer's body.
+    fn body(&self) -> &[u8] {
+        &self.buf[self.body.clone()]
+    }
+
+    /// Sends `POST path` and reads the whole answer; its status, or Err((message,
+    /// reconnect)).
+    async fn post(
+        &mut self,
+        sh: &TxShared,
+        path: &str,
         txid: Option<&str>,
-        body: Option<&Bytes>,
-    ) -> hyper::Request<Full<Bytes>> {
-        let mut b = hyper::Request::post(uri)
-            .header(hyper::header::HOST, &self.host)
-            .header(hyper::header::AUTHORIZATION, &self.auth);
+        body: &[u8],
+    ) -> Result<u16, (String, bool)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.req.clear();
+        let _ = write!(
+            self.req,
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\n",
+            sh.host, sh.auth
+        );
         if let Some(id) = txid {
-            b = b.header("x-transaction-id", id);
+            let _ = write!(self.req, "X-Transaction-Id: {id}\r\n");
         }
-        let body = match body {
-            Some(body) => {
-                b = b.header(hyper::header::CONTENT_TYPE, "application/json");
-                body.clone()
+        if !body.is_empty() {
+            self.req
+                .extend_from_slice(b"Content-Type: application/json\r\n");
+        }
+        let _ = write!(self.req, "Content-Length: {}\r\n\r\n", body.len());
+        self.req.extend_from_slice(body);
+        self.stream
+            .write_all(&self.req)
+            .await
+            .map_err(|e| (format!("send: {e}"), true))?;
+        self.buf.clear();
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut resp = httparse::Response::new(&mut headers);
+            let parsed = match resp.parse(&self.buf) {
+                Ok(httparse::Status::Complete(head)) => {
+                    let len: usize = resp
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
+                        .ok_or_else(|| ("an answer without Content-Length".to_string(), true))?;
+                    Some((resp.code.unwrap_or(0), head, head + len))
+                }
+                Ok(httparse::Status::Partial) => None,
+                Err(e) => return Err((format!("answer: {e}"), true)),
+            };
+            if let Some((status, head, end)) = parsed {
+                if self.buf.len() >= end {
+                    self.body = head..end;
+                    return Ok(status);
+                }
             }
-            None => Bytes::new(),
-        };
-        b.body(Full::new(body)).expect("request")
+            let n = self
+                .stream
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(|e| (format!("read: {e}"), true))?;
+            if n == 0 {
+                return Err(("connection closed".into(), true));
+            }
+        }
     }
 }
 
-/// Sends one step of a transaction, timing it; Err carries the answer or the failure.
+/// Sends one step of a transaction (`POST path`, with the transaction id and a body when
+/// given), timing it; Err carries the answer or the failure.
 async fn tx_step(
-    c: &mut HttpConn,
+    c: &mut RawHttp,
+    sh: &TxShared,
     r: &mut TxCounts,
-    req: hyper::Request<Full<Bytes>>,
-    want: hyper::StatusCode,
-) -> Result<Bytes, (Option<hyper::StatusCode>, String, bool)> {
+    (path, txid, body): (&str, Option<&str>, &[u8]),
+    want: u16,
+) -> Result<(), (Option<u16>, String, bool)> {
     let t0 = Instant::now();
     r.requests += 1;
-    match exchange(c, req).await {
-        Ok((status, body)) => {
+    match c.post(sh, path, txid, body).await {
+        Ok(status) => {
             r.req_lat_us
                 .push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
             if status == want {
-                Ok(body)
+                Ok(())
             } else {
-                let text = String::from_utf8_lossy(&body).into_owned();
+                let text = String::from_utf8_lossy(c.body()).into_owned();
                 Err((Some(status), format!("{status} {text}"), false))
             }
         }
@@ -788,7 +868,7 @@ fn tx_id(body: &[u8]) -> Option<String> {
 
 /// One task: transactions one after another until `deadline`, the open one finished.
 async fn tx_task(
-    mut c: HttpConn,
+    mut c: RawHttp,
     sh: Arc<TxShared>,
     target: String,
     writes: usize,
@@ -802,7 +882,7 @@ async fn tx_task(
     let mut broken = false;
     while Instant::now() < deadline {
         if broken {
-            match http_connect(&target).await {
+            match RawHttp::connect(&target).await {
                 Ok(n) => (c, broken) = (n, false),
                 Err(e) => {
                     r.err_connect += 1;
@@ -813,13 +893,13 @@ async fn tx_task(
             }
         }
         let t_begin = Instant::now();
-        let begin = sh.request("/api/v1/tx", None, Some(&sh.begin_body));
-        let id = match tx_step(&mut c, &mut r, begin, hyper::StatusCode::OK).await {
-            Ok(body) => match tx_id(&body) {
+        let begin = ("/api/v1/tx", None, &sh.begin_body[..]);
+        let id = match tx_step(&mut c, &sh, &mut r, begin, 200).await {
+            Ok(()) => match tx_id(c.body()) {
                 Some(id) => id,
                 None => {
                     r.err_begin += 1;
-                    r.note("begin", &String::from_utf8_lossy(&body));
+                    r.note("begin", &String::from_utf8_lossy(c.body()));
                     continue;
                 }
             },
@@ -832,10 +912,8 @@ async fn tx_task(
         };
         let mut staged = true;
         for _ in 0..writes {
-            let w = sh.request("/api/v1/records", Some(&id), Some(&sh.write_body));
-            if let Err((_, e, reconnect)) =
-                tx_step(&mut c, &mut r, w, hyper::StatusCode::CREATED).await
-            {
+            let w = ("/api/v1/records", Some(id.as_str()), &sh.write_body[..]);
+            if let Err((_, e, reconnect)) = tx_step(&mut c, &sh, &mut r, w, 201).await {
                 r.err_write += 1;
                 r.note("write", &e);
                 broken = reconnect;
@@ -848,8 +926,8 @@ async fn tx_task(
         }
         if !staged {
             // Not every write was staged: roll back, so no partial transaction commits.
-            let rb = sh.request(&format!("/api/v1/tx/{id}/rollback"), Some(&id), None);
-            match tx_step(&mut c, &mut r, rb, hyper::StatusCode::OK).await {
+            let path = format!("/api/v1/tx/{id}/rollback");
+            match tx_step(&mut c, &sh, &mut r, (&path, Some(&id), b""), 200).await {
                 Ok(_) => r.aborted += 1,
                 Err((_, e, reconnect)) => {
                     r.err_rollback += 1;
@@ -859,8 +937,8 @@ async fn tx_task(
             }
             continue;
         }
-        let commit = sh.request(&format!("/api/v1/tx/{id}/commit"), Some(&id), None);
-        match tx_step(&mut c, &mut r, commit, hyper::StatusCode::OK).await {
+        let path = format!("/api/v1/tx/{id}/commit");
+        match tx_step(&mut c, &sh, &mut r, (&path, Some(&id), b""), 200).await {
             Ok(_) => {
                 let now = Instant::now();
                 r.commits += 1;
@@ -870,7 +948,7 @@ async fn tx_task(
                 r.tx_lat_us
                     .push((now - t_begin).as_micros().min(u32::MAX as u128) as u32);
             }
-            Err((Some(hyper::StatusCode::CONFLICT), _, _)) => r.conflicts += 1,
+            Err((Some(409), _, _)) => r.conflicts += 1,
             Err((_, e, reconnect)) => {
                 r.err_commit += 1;
                 r.note("commit", &e);
@@ -894,7 +972,7 @@ async fn tx_load(args: Args) {
     });
     let mut conns = Vec::with_capacity(args.conc);
     for _ in 0..args.conc {
-        match http_connect(&args.target).await {
+        match RawHttp::connect(&args.target).await {
             Ok(c) => conns.push(c),
             Err(e) => {
                 eprintln!("grpc_http_load: {e}");

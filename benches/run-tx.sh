@@ -26,9 +26,10 @@
 #
 # Engine transaction: POST /api/v1/tx {"ttl":30000} -> 10 x POST /api/v1/records (creates,
 # X-Transaction-Id; creates never conflict) -> POST /api/v1/tx/{id}/commit; 12 HTTP requests,
-# keep-alive, one connection per client. CLIENT=rust: CONC tokio tasks on one runtime thread
-# (the process is pinned to LOADGEN_CPU, so tokio runs one worker), each a transaction loop on
-# its own hyper HTTP/1.1 connection. CLIENT=wrk: wrk keeps Lua state per thread, so it runs
+# keep-alive, one connection per client. CLIENT=rust: CONC tokio tasks on one current-thread
+# runtime (the process is pinned to LOADGEN_CPU), each a transaction loop on its own HTTP/1.1
+# connection, a lean client (requests written from one buffer, answers parsed by httparse;
+# runs 1-26 used hyper's client, ~5x pgbench's user CPU). CLIENT=wrk: wrk keeps Lua state per thread, so it runs
 # -tCONC -cCONC (one connection per thread, each thread a transaction state machine), all
 # threads pinned to LOADGEN_CPU; its 32 threads cost about twice pgbench's CPU.
 # Latency: begin sent -> commit answer read, per transaction.

@@ -141,16 +141,18 @@ fn main() {
     let server = args.mode.starts_with("null-");
     // http-tx runs on one thread (the client is pinned to one CPU): no work stealing.
     let rt = match args.mode.as_str() {
-        "http-tx" => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
+        "http-tx" => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(if server {
+                engine::config::Runtime::default().worker_threads()
+            } else {
+                threads
+            })
+            .enable_all()
+            .build(),
     }
-    .worker_threads(if server {
-        engine::config::Runtime::default().worker_threads()
-    } else {
-        threads
-    })
-    .enable_all()
-    .build()
     .expect("runtime");
     match args.mode.as_str() {
         "null-grpc-server" => rt.block_on(null_grpc_server(args.listen)),
@@ -811,13 +813,21 @@ impl RawHttp {
                         .find(|h| h.name.eq_ignore_ascii_case("content-length"))
                         .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
                         .ok_or_else(|| ("an answer without Content-Length".to_string(), true))?;
-                    Some((resp.code.unwrap_or(0), head, head + len))
+                    let end = head
+                        .checked_add(len)
+                        .filter(|_| len <= 64 << 20)
+                        .ok_or_else(|| (format!("an answer of {len} bytes"), true))?;
+                    Some((resp.code.unwrap_or(0), head, end))
                 }
                 Ok(httparse::Status::Partial) => None,
                 Err(e) => return Err((format!("answer: {e}"), true)),
             };
             if let Some((status, head, end)) = parsed {
-                if self.buf.len() >= end {
+                if self.buf.len() > end {
+                    // One request at a time: bytes past the answer mean the stream is lost.
+                    return Err(("bytes after the answer".into(), true));
+                }
+                if self.buf.len() == end {
                     self.body = head..end;
                     return Ok(status);
                 }

@@ -1,5 +1,6 @@
 //! The redo log. Every writer group appends one frame holding the exact key/value writes of
-//! its successful batches, then fdatasyncs, before those writes become visible (published)
+//! its successful batches and waits until it is on disk (an `O_DSYNC` direct write, or a
+//! write and an fdatasync; below), before those writes become visible (published)
 //! and before any caller is acknowledged. At startup, frames whose commit sequence is newer
 //! than the store's durable one are replayed.
 //!
@@ -16,7 +17,7 @@
 //! per sync on this machine's ext4).
 //!
 //! Invariants: frames are written in increasing commit sequence, within a segment and across
-//! both; a frame is acknowledged only after its fdatasync returned; every frame in a file
+//! both; a frame is acknowledged only after its sync returned; every frame in a file
 //! from an earlier cycle (before its reset or release) has a sequence no newer than the
 //! store's durable one, because a reset or release follows a durable checkpoint covering it.
 //! Replay reads each file from offset 0 and stops at the first frame that is torn (short or
@@ -51,6 +52,8 @@ const MAX_EXTEND: u64 = 32 << 20;
 /// Direct writes cover whole blocks of this size, from buffers aligned to it (a multiple of
 /// every logical block size in use).
 const BLOCK: u64 = 4096;
+/// A frame buffer larger than this is let go after its write.
+const KEEP_BUFFER: usize = 8 << 20;
 
 /// One write: a key and its new value (None deletes it).
 pub type KvWrite = (Vec<u8>, Option<Vec<u8>>);
@@ -75,8 +78,9 @@ struct Segment {
     allocated: u64,
     /// The same file opened with `O_DIRECT | O_DSYNC`, when the filesystem allows it.
     direct: Option<File>,
-    /// The bytes of the block holding `len` that come before it (`len % BLOCK` of them):
-    /// a direct write rewrites them in front of the frame.
+    /// While `direct` is set: the bytes of the block holding `len` that come before it
+    /// (`len % BLOCK` of them); a direct write rewrites them in front of the frame.
+    /// Not kept once a segment writes buffered (it never goes back).
     tail: Vec<u8>,
     /// Room for one direct write, aligned to `BLOCK` somewhere inside.
     aligned: Vec<u8>,
@@ -252,9 +256,21 @@ impl Segment {
                     self.len = end;
                     return Ok(());
                 }
-                // Refused before anything was written (alignment the device does not take):
-                // from now on, the buffered path.
-                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => self.direct = None,
+                // Direct writes refused (alignment the device does not take, or no direct
+                // I/O after all): from now on, the buffered path, which rewrites the whole
+                // frame at `len` (whatever a partial direct write left there included).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::Unsupported
+                    ) =>
+                {
+                    crate::log::warn(&format!(
+                        "redo log {}: direct writes refused ({e}); writing and syncing through the page cache",
+                        self.path.display()
+                    ));
+                    self.direct = None;
+                }
                 Err(e) => return Err(io(e, &self.path)),
             }
         }
@@ -274,7 +290,8 @@ impl Segment {
         if self.aligned.len() < n + BLOCK as usize {
             self.aligned = vec![0u8; (n + BLOCK as usize).next_power_of_two()];
         }
-        let off = self.aligned.as_ptr().align_offset(BLOCK as usize);
+        let off =
+            (BLOCK as usize - self.aligned.as_ptr() as usize % BLOCK as usize) % BLOCK as usize;
         let out = &mut self.aligned[off..off + n];
         let (kept, rest) = out.split_at_mut(self.tail.len());
         kept.copy_from_slice(&self.tail);
@@ -294,6 +311,10 @@ impl Segment {
         self.tail.clear();
         self.tail
             .extend_from_slice(&self.aligned[off + from..off + to]);
+        if self.aligned.len() > KEEP_BUFFER {
+            // One large group (an import) does not keep its frame's size for good.
+            self.aligned = Vec::new();
+        }
         Ok(())
     }
 }
@@ -355,7 +376,9 @@ impl Wal {
                 buf.extend_from_slice(v);
             }
         }
-        let plen = (buf.len() - HEADER) as u32;
+        // A longer payload would not fit the header's length (and would not replay).
+        let plen = u32::try_from(buf.len() - HEADER)
+            .map_err(|_| Error::internal("a redo-log frame over 4 GiB: the group is too large"))?;
         let seq_bytes = seq.to_le_bytes();
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(&seq_bytes);
@@ -364,7 +387,11 @@ impl Wal {
         buf[4..8].copy_from_slice(&plen.to_le_bytes());
         buf[8..12].copy_from_slice(&hasher.finalize().to_le_bytes());
         buf[12..20].copy_from_slice(&seq_bytes);
-        self.segs[self.active].write(&self.buf)
+        let written = self.segs[self.active].write(&self.buf);
+        if self.buf.capacity() > KEEP_BUFFER {
+            self.buf = Vec::new();
+        }
+        written
     }
 
     /// Bytes written to the active segment since it was last empty.
@@ -549,11 +576,26 @@ mod tests {
                     direct && open_direct(&dir.path().join("wal.log")).is_some()
                 );
             }
-            let (_, frames) = Wal::open(dir.path()).unwrap();
+            let (mut w, frames) = Wal::open(dir.path()).unwrap();
             assert_eq!(seqs(&frames), (1..=seq).collect::<Vec<_>>());
             for (f, want) in frames.iter().zip(&expected) {
                 assert_eq!(&f.writes, want);
             }
+            // Reopened mid-block (a kept tail), then started over: the next frame goes to
+            // offset 0 with nothing of the old block in front of it.
+            if !direct {
+                for s in &mut w.segs {
+                    s.direct = None;
+                }
+            }
+            w.append(seq + 1, borrowed(&[(b"a".to_vec(), None)]))
+                .unwrap();
+            assert_ne!(w.len() % BLOCK, 0);
+            w.reset();
+            w.append(seq + 2, borrowed(&[(b"b".to_vec(), None)]))
+                .unwrap();
+            let (_, frames) = Wal::open(dir.path()).unwrap();
+            assert_eq!(seqs(&frames), vec![seq + 2]);
         }
     }
 

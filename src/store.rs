@@ -1691,13 +1691,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let memo = Arc::new(memo::KeyMemo::with_limits(budget, modified_max));
             let p = published_in(dir.path(), memo.clone());
-            let mut rng = 0x2545_F491_4F6C_DD1Du64;
-            let mut next = move |n: u64| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng % n
-            };
+            let mut next = kv::test_rng(0x2545_F491_4F6C_DD1D);
             let id = |i: u64| {
                 uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + i as u128)
             };

@@ -572,6 +572,18 @@ fn merge_scan(
     Ok(())
 }
 
+/// A seeded xorshift generator for tests: each call gives a number below its argument.
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut rng = seed;
+    move |n| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// `write_order` orders as a stable sort by key does: keys sharing long prefixes, keys
@@ -822,13 +834,7 @@ mod tests {
     /// batches with interleaved runs, shared keys and deletions.
     #[test]
     fn newest_wins_matches_a_map_of_every_batch_in_order() {
-        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut next = test_rng(0x9E37_79B9_7F4A_7C15);
         for _ in 0..200 {
             let batches: Vec<Arc<Batch>> = (0..1 + next(8))
                 .map(|seq| {

@@ -855,7 +855,20 @@ mod tests {
                 }
             }
             let got = newest_wins(&batches, (Bound::Unbounded, Bound::Unbounded));
-            assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+            assert_eq!(got, want.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
+            // A range, as an overlay's scan asks for one.
+            let (a, b) = (
+                vec![next(3) as u8, next(40) as u8],
+                vec![next(3) as u8, next(40) as u8],
+            );
+            let (lo, hi) = (a.clone().min(b.clone()), a.max(b));
+            let range = (Bound::Included(&lo[..]), Bound::Excluded(&hi[..]));
+            let got = newest_wins(&batches, range);
+            let want: Vec<_> = want
+                .range::<[u8], _>(range)
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            assert_eq!(got, want);
         }
     }
 

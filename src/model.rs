@@ -95,23 +95,28 @@ impl Bloom {
 /// folded in too, word by word.
 pub struct IdHasher(u64);
 
+impl IdHasher {
+    /// Folds one 8-byte word into the state: the 128-bit product's halves XORed.
+    fn fold(&mut self, w: u64) {
+        let m = u128::from(self.0 ^ w) * 0x9E37_79B9_7F4A_7C15;
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+}
+
 impl std::hash::Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
         // A uuid (the common case): two words, as the loop below folds them.
         if let Ok(id) = <&[u8; 16]>::try_from(bytes) {
             let (a, b) = id.split_at(8);
             for w in [a, b] {
-                let w = u64::from_le_bytes(w.try_into().unwrap_or_default());
-                let m = u128::from(self.0 ^ w) * 0x9E37_79B9_7F4A_7C15;
-                self.0 = (m as u64) ^ ((m >> 64) as u64);
+                self.fold(u64::from_le_bytes(w.try_into().unwrap_or_default()));
             }
             return;
         }
         for chunk in bytes.chunks(8) {
             let mut w = [0u8; 8];
             w[..chunk.len()].copy_from_slice(chunk);
-            let m = u128::from(self.0 ^ u64::from_le_bytes(w)) * 0x9E37_79B9_7F4A_7C15;
-            self.0 = (m as u64) ^ ((m >> 64) as u64);
+            self.fold(u64::from_le_bytes(w));
         }
     }
     fn write_usize(&mut self, n: usize) {

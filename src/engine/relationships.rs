@@ -869,20 +869,19 @@ impl RelSpec {
 
     /// (source label, target label) when the relationship matches in the given orientation
     /// (`swapped`: its target taken as the source). `known`: the (source, target) labels
-    /// when the caller has them; `probe`: the relationship as a record (its type as label).
-    /// The type and properties are in `probe` only: `rel` holds them empty until the page is
-    /// built (`run`).
+    /// when the caller has them; `probe`: the relationship as a record (its type as label);
+    /// `ends`: its (source, target).
     fn matches<R: KvRead>(
         &self,
         reads: &mut Reads<'_, R>,
-        rel: &Relationship,
+        ends: &(Uuid, Uuid),
         probe: &Record,
         swapped: bool,
         known: Option<(&str, &str)>,
     ) -> Result<Option<(String, String)>> {
         let ((a, ka), (b, kb)) = {
-            let s = (&rel.source, known.map(|k| k.0));
-            let g = (&rel.target, known.map(|k| k.1));
+            let s = (&ends.0, known.map(|k| k.0));
+            let g = (&ends.1, known.map(|k| k.1));
             if swapped {
                 (g, s)
             } else {
@@ -929,9 +928,10 @@ impl RelSpec {
             sides: HashMap::new(),
             records: HashMap::new(),
         };
-        let mut hits: Vec<(Record, String, String, Relationship)> = Vec::new();
+        // (the relationship as a record, source label, target label, (source, target)).
+        let mut hits: Vec<(Record, String, String, (Uuid, Uuid))> = Vec::new();
         // `known`: the endpoints' (source, target) labels, when the caller has them.
-        let mut consider = |mut rel: Relationship,
+        let mut consider = |rel: Relationship,
                             known: Option<(&str, &str)>,
                             reads: &mut Reads<'_, R>|
          -> Result<()> {
@@ -940,27 +940,27 @@ impl RelSpec {
                     return Ok(());
                 }
             }
-            // The probe holds the type and properties until the page is built.
+            let ends = (rel.source, rel.target);
             let probe = Record {
                 id: rel.id,
-                label: std::mem::take(&mut rel.rel_type),
+                label: rel.rel_type,
                 row: rel.row,
                 version: rel.version,
-                props: std::mem::take(&mut rel.props),
+                props: rel.props,
             };
             if !self.props.eval(&probe, &NoGraph) {
                 return Ok(());
             }
             let found = match self.dir {
-                Some(Direction::Out) => self.matches(reads, &rel, &probe, false, known)?,
-                Some(Direction::In) => self.matches(reads, &rel, &probe, true, known)?,
-                None => match self.matches(reads, &rel, &probe, false, known)? {
+                Some(Direction::Out) => self.matches(reads, &ends, &probe, false, known)?,
+                Some(Direction::In) => self.matches(reads, &ends, &probe, true, known)?,
+                None => match self.matches(reads, &ends, &probe, false, known)? {
                     Some(x) => Some(x),
-                    None => self.matches(reads, &rel, &probe, true, known)?,
+                    None => self.matches(reads, &ends, &probe, true, known)?,
                 },
             };
             if let Some((sl, tl)) = found {
-                hits.push((probe, sl, tl, rel));
+                hits.push((probe, sl, tl, ends));
             }
             Ok(())
         };
@@ -995,15 +995,21 @@ impl RelSpec {
             .skip(self.offset)
             .take(self.limit)
             .filter_map(|i| hits[i].take())
-            .map(|(probe, source_label, target_label, mut rel)| {
-                rel.rel_type = probe.label;
-                rel.props = probe.props;
-                render::RelationshipView {
-                    rel,
+            .map(
+                |(probe, source_label, target_label, (source, target))| render::RelationshipView {
+                    rel: Relationship {
+                        id: probe.id,
+                        row: probe.row,
+                        version: probe.version,
+                        rel_type: probe.label,
+                        source,
+                        target,
+                        props: probe.props,
+                    },
                     source_label,
                     target_label,
-                }
-            })
+                },
+            )
             .collect();
         Ok((page, total))
     }

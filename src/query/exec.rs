@@ -714,13 +714,6 @@ fn wanted_fields<'a>(filter: &'a Filter, order: &'a [OrderKey]) -> Vec<&'a str> 
     f
 }
 
-fn by_id_only(order: &[OrderKey]) -> Option<bool> {
-    match order {
-        [OrderKey { field: None, desc }, ..] => Some(*desc),
-        _ => None,
-    }
-}
-
 /// Orders ids (time order) and cuts the page `[offset, want)`; `want` None keeps the rest.
 fn id_page(mut ids: Vec<Uuid>, desc: bool, offset: usize, want: Option<usize>) -> Vec<Uuid> {
     crate::model::sort_ids(&mut ids);
@@ -802,9 +795,9 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
     // Covered label or full scans: counters give the total, the id-ordered walk the page.
     if covered
         && matches!(access, Access::Labels(_) | Access::All)
-        && by_id_only(&spec.order).is_some()
+        && order::by_id_only(&spec.order).is_some()
     {
-        let desc = by_id_only(&spec.order).unwrap_or(true);
+        let desc = order::by_id_only(&spec.order).unwrap_or(true);
         let total = estimated;
         let take = want.unwrap_or(usize::MAX);
         let mut ids = Vec::new();
@@ -863,7 +856,7 @@ pub fn search<R: KvRead>(kv: &R, tenant: u64, spec: &SearchSpec) -> Result<Searc
 
     // The access path answers every condition but resolved traversal blocks (or all of
     // them): ids decide, and only the page is read.
-    if let Some(desc) = by_id_only(&spec.order) {
+    if let Some(desc) = order::by_id_only(&spec.order) {
         if let Some((ids, examined)) = ids_by_gates(
             kv,
             tenant,

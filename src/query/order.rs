@@ -121,6 +121,15 @@ pub fn sort_elem(v: &PropValue, desc: bool) -> Option<&Scalar> {
     Some(best)
 }
 
+/// When the order's first key is the id: whether it is descending (ids are unique, so the id
+/// decides alone). None when a property comes first.
+pub fn by_id_only(order: &[OrderKey]) -> Option<bool> {
+    match order {
+        [OrderKey { field: None, desc }, ..] => Some(*desc),
+        _ => None,
+    }
+}
+
 /// The positions `0..n` in the order `compare` gives the records `rec(i)`; positions, since
 /// what they index may be large to move.
 pub fn sorted_positions<'a>(
@@ -129,24 +138,27 @@ pub fn sorted_positions<'a>(
     rec: impl Fn(usize) -> &'a Record,
 ) -> Vec<usize> {
     let mut at: Vec<usize> = (0..n).collect();
-    // Ordered by id first (or by nothing: id descending), ids being unique, the id decides
-    // alone; a u128 compares as the id's bytes do.
-    match keys.first().map(|k| (k.field.is_none(), k.desc)) {
-        None | Some((true, true)) => {
-            at.sort_unstable_by_key(|&i| std::cmp::Reverse(rec(i).id.as_u128()))
-        }
-        Some((true, false)) => at.sort_unstable_by_key(|&i| rec(i).id.as_u128()),
-        Some((false, _)) => at.sort_unstable_by(|&a, &b| compare(keys, rec(a), rec(b))),
+    // No order is id descending (`compare`'s tie-break).
+    let by_id = if keys.is_empty() {
+        Some(true)
+    } else {
+        by_id_only(keys)
+    };
+    match by_id {
+        Some(true) => at.sort_unstable_by_key(|&i| std::cmp::Reverse(rec(i).id.as_u128())),
+        Some(false) => at.sort_unstable_by_key(|&i| rec(i).id.as_u128()),
+        None => at.sort_unstable_by(|&a, &b| compare(keys, rec(a), rec(b))),
     }
     at
 }
 
-/// Compares two records under the order keys, ties by id descending.
+/// Compares two records under the order keys, ties by id descending. Ids compare as u128
+/// (the order of their bytes, without a `memcmp` call).
 pub fn compare(keys: &[OrderKey], a: &Record, b: &Record) -> Ordering {
     for k in keys {
         let o = match &k.field {
             None => {
-                let o = a.id.cmp(&b.id);
+                let o = a.id.as_u128().cmp(&b.id.as_u128());
                 if k.desc {
                     o.reverse()
                 } else {
@@ -181,7 +193,7 @@ pub fn compare(keys: &[OrderKey], a: &Record, b: &Record) -> Ordering {
             return o;
         }
     }
-    b.id.cmp(&a.id)
+    b.id.as_u128().cmp(&a.id.as_u128())
 }
 
 #[cfg(test)]

@@ -590,13 +590,8 @@ mod tests {
     /// that are prefixes of others (also by a zero byte), duplicates, the empty key.
     #[test]
     fn write_order_is_a_stable_sort_by_key() {
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = super::test_rng(0x2545_F491_4F6C_DD1D);
+        let mut next = move || rng(u64::MAX);
         for round in 0..200 {
             let n = (next() % 60) as usize;
             let common: Vec<u8> = (0..round % 24).map(|i| i as u8).collect();

@@ -181,16 +181,20 @@ fn scan_adjacency<R: KvRead + ?Sized>(
     Ok(())
 }
 
-/// Visits the edges of `node` that `f` admits (keys only), in key order per direction and
-/// type; `visit` returns false to stop.
-pub fn edges<R: KvRead + ?Sized>(
+/// Visits the edges of `node` that `f` admits (keys only) as (other end, relationship id),
+/// in key order per direction and type; `visit` returns false to stop. The type is not
+/// decoded: the filter's scan prefixes already chose it.
+fn edges<R: KvRead + ?Sized>(
     kv: &R,
     tenant: u64,
     node: &Uuid,
     f: &EdgeFilter,
-    visit: &mut dyn FnMut(Edge) -> Result<bool>,
+    visit: &mut dyn FnMut(Uuid, Uuid) -> Result<bool>,
 ) -> Result<()> {
-    scan_adjacency(kv, tenant, node, f, true, &mut |k, _| visit(parse_edge(k)?))
+    scan_adjacency(kv, tenant, node, f, true, &mut |k, _| {
+        let (_, other, rel) = edge_ends(k)?;
+        visit(other, rel)
+    })
 }
 
 /// Visits the other ends of the edges of `node` that `f` admits (keys only), in key order
@@ -602,9 +606,9 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                     dir: Some(Direction::Out),
                     types: vec![l.rel_type.clone()],
                 },
-                &mut |e| {
-                    if e.other == l.target {
-                        existing = Some(e.rel);
+                &mut |other, rel| {
+                    if other == l.target {
+                        existing = Some(rel);
                         return Ok(false);
                     }
                     Ok(true)
@@ -629,11 +633,10 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             props: l.props,
         };
         self.put_relationship(&rel, (&sl, &tl), Some(ck))?;
-        let pair = (rel.source, rel.target);
-        match self.created.get_mut(&rel.rel_type) {
-            Some(pairs) => pairs.insert(pair),
-            None => self.created.entry(rel.rel_type).or_default().insert(pair),
-        };
+        self.created
+            .entry(rel.rel_type)
+            .or_default()
+            .insert((rel.source, rel.target));
         Ok(1)
     }
 
@@ -647,12 +650,18 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             }
         }
         let mut ids = Vec::new();
-        edges(&*self.ov, self.tenant, &u.node, &u.filter, &mut |e| {
-            if others.contains(&e.other) {
-                ids.push(e.rel);
-            }
-            Ok(true)
-        })?;
+        edges(
+            &*self.ov,
+            self.tenant,
+            &u.node,
+            &u.filter,
+            &mut |other, rel| {
+                if others.contains(&other) {
+                    ids.push(rel);
+                }
+                Ok(true)
+            },
+        )?;
         self.remove_by_ids(ids)
     }
 
@@ -679,8 +688,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             self.tenant,
             node,
             &EdgeFilter::default(),
-            &mut |e| {
-                ids.push(e.rel);
+            &mut |_, rel| {
+                ids.push(rel);
                 Ok(true)
             },
         )?;
@@ -727,12 +736,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                     );
                 }
             } else {
-                let back = match dir {
-                    Direction::Out => Direction::In,
-                    Direction::In => Direction::Out,
-                };
                 self.ov.put(
-                    adj_key(t, &other, back, &rel.rel_type, node, &rel.id),
+                    adj_key(t, &other, dir.reverse(), &rel.rel_type, node, &rel.id),
                     value,
                 );
             }

@@ -195,11 +195,14 @@ impl Segment {
         }
         let size = file.metadata().map_err(|e| io(e, &path))?.len();
         let (frames, at) = read_frames(&file, size).map_err(|e| io(e, &path))?;
-        let mut tail = vec![0u8; (at % BLOCK) as usize];
-        file.read_exact_at(&mut tail, at - at % BLOCK)
+        let direct = open_direct(&path);
+        // Only the direct path rewrites the block's earlier bytes.
+        let kept = if direct.is_some() { at % BLOCK } else { 0 };
+        let mut tail = vec![0u8; kept as usize];
+        file.read_exact_at(&mut tail, at - kept)
             .map_err(|e| io(e, &path))?;
         let mut seg = Segment {
-            direct: open_direct(&path),
+            direct,
             file,
             path,
             len: at,

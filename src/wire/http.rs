@@ -238,14 +238,9 @@ pub(crate) fn decode_json_body<T: serde::de::DeserializeOwned>(
     body: &Bytes,
     limits: &Limits,
 ) -> Result<T> {
-    let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    // serde's structs also read an array by position; only the two-step path refuses one
-    // given for an object (`protocol::strict`): a body with no `[` has no array at all.
-    let object = object && !body.contains(&b'[');
     // serde_json refuses a value nested 128 deep when it keeps it but not when it skips an
     // ignored field: the direct path takes only bodies less deep than that.
-    let depth = limits.max_json_depth.min(127);
-    if object && plain_json(body) && super::check_depth(body, depth).is_ok() {
+    if direct_decodable(body, limits.max_json_depth.min(127)) {
         if let Ok(v) = serde_json::from_slice(body) {
             return Ok(v);
         }
@@ -253,32 +248,43 @@ pub(crate) fn decode_json_body<T: serde::de::DeserializeOwned>(
     protocol::decode(parse_json(body, limits)?, "body")
 }
 
-/// Whether a body holds none of what serde_json checks only in a value it keeps: invalid
-/// UTF-8, a `\u` escape (a lone surrogate is refused when kept) and a number that might be out
-/// of range (an exponent, or more than 18 digits in a row) are refused by the two-step path
-/// even in a field the target struct ignores, where the direct path only skips them.
+/// Whether `decode_json_body` may decode `body` straight from the bytes; one pass. It must:
+/// - start with `{` (after whitespace) and hold no `[` anywhere: serde's structs also read an
+///   array by position, and only the two-step path refuses one given for an object
+///   (`protocol::strict`);
+/// - nest at most `max_depth` deep;
+/// - hold none of what serde_json checks only in a value it keeps, which the two-step path
+///   refuses even in a field the target struct ignores, where the direct path only skips
+///   them: invalid UTF-8, a `\u` escape (a lone surrogate is refused when kept), a number
+///   that might be out of range (an exponent, or more than 18 digits in a row).
+///
 /// Conservative: false sends a body down the two-step path, which decides.
-fn plain_json(body: &[u8]) -> bool {
-    if std::str::from_utf8(body).is_err() {
+fn direct_decodable(body: &[u8], max_depth: usize) -> bool {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
+        || std::str::from_utf8(body).is_err()
+    {
         return false;
     }
-    let (mut in_string, mut escaped, mut digits) = (false, false, 0);
-    for &b in body {
-        if in_string {
-            if escaped {
-                if b == b'u' {
-                    return false;
-                }
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
+    let (mut i, mut depth, mut digits) = (0, 0usize, 0);
+    while let Some(&b) = body.get(i) {
+        i += 1;
         match b {
-            b'"' => in_string = true,
+            b'"' => loop {
+                // Inside a string, up to its closing quote.
+                let Some(&c) = body.get(i) else {
+                    return false;
+                };
+                i += 1;
+                match c {
+                    b'"' => break,
+                    b'[' => return false,
+                    b'\\' => match body.get(i) {
+                        Some(b'u') | None => return false,
+                        Some(_) => i += 1,
+                    },
+                    _ => {}
+                }
+            },
             b'0'..=b'9' => {
                 digits += 1;
                 if digits > 18 {
@@ -287,6 +293,14 @@ fn plain_json(body: &[u8]) -> bool {
                 continue;
             }
             b'e' | b'E' if digits > 0 => return false,
+            b'[' => return false,
+            b'{' => {
+                depth += 1;
+                if depth > max_depth {
+                    return false;
+                }
+            }
+            b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
         digits = 0;
@@ -645,5 +659,75 @@ mod tests {
             .map_err(|e| e.message);
         assert!(slow.is_err());
         assert_eq!(fast, slow);
+    }
+
+    /// Random bodies pieced from fragments that touch every rule of `direct_decodable`
+    /// (escapes, brackets inside and outside strings, digit runs, exponents, nesting, cut
+    /// strings) decode the same on both paths; plain bodies take the direct path.
+    #[test]
+    fn random_bodies_decode_the_same_on_both_paths() {
+        let limits = crate::config::Limits {
+            max_body_bytes: 1 << 20,
+            max_json_depth: 3,
+            request_timeout_ms: 1000,
+            max_hops: 10,
+        };
+        let values = [
+            "1",
+            "-0.5",
+            "12345678901234567890",
+            "1e3",
+            "2E+1",
+            "\"e1\"",
+            "\"[x]\"",
+            "\"a\\\"b\"",
+            "\"\\u00e9\"",
+            "\"\\ud800\"",
+            "\"\\[\"",
+            "[1,2]",
+            "[]",
+            "null",
+            "true",
+            "{}",
+            "{\"k\":1}",
+            "{\"k\":{\"j\":{\"i\":1}}}",
+            "\"unterminated",
+            "\"x\\",
+        ];
+        let keys = ["label", "data", "limit", "ids", "options", "where", "zz"];
+        let mut rng = crate::store::kv::test_rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..4000 {
+            let mut body = String::from("{");
+            for f in 0..rng(4) {
+                if f > 0 {
+                    body.push(',');
+                }
+                let key = keys[rng(keys.len() as u64) as usize];
+                let value = if key == "data" && rng(2) == 0 {
+                    format!("{{\"a\":{}}}", values[rng(values.len() as u64) as usize])
+                } else {
+                    values[rng(values.len() as u64) as usize].to_string()
+                };
+                body.push_str(&format!("\"{key}\":{value}"));
+            }
+            body.push('}');
+            let bytes = Bytes::from(body.clone());
+            let fast = decode_json_body::<Body>(&bytes, &limits);
+            let slow =
+                parse_json(&bytes, &limits).and_then(|v| protocol::decode::<Body>(v, "body"));
+            match (&fast, &slow) {
+                (Ok(f), Ok(s)) => assert_eq!(f, s, "{body}"),
+                (Err(f), Err(s)) => assert_eq!(f.message, s.message, "{body}"),
+                _ => panic!("{body}: fast {fast:?}, two-step {slow:?}"),
+            }
+        }
+        let plain = br#"{"label":"ORDER","data":{"status":"paid","total":12.5,"n":"a\"b"}}"#;
+        assert!(direct_decodable(plain, 3));
+        assert!(!direct_decodable(plain, 1));
+        assert!(!direct_decodable(br#"{"a":"x\u0041"}"#, 3));
+        assert!(!direct_decodable(br#"{"a":"[x]"}"#, 3));
+        assert!(!direct_decodable(br#"{"a":1e3}"#, 3));
+        assert!(!direct_decodable(br#"{"a":1234567890123456789}"#, 3));
+        assert!(direct_decodable(br#"{"a":123456789012345678,"e":"e1"}"#, 3));
     }
 }

@@ -595,6 +595,20 @@ mod tests {
         where_: Option<Value>,
     }
 
+    /// `body` decodes on the direct path (`decode_json_body`) exactly as on the two-step path
+    /// (`parse_json`, then `protocol::decode`): the same value, or an error with the same
+    /// message.
+    fn assert_same_on_both_paths(body: Bytes, limits: &crate::config::Limits) {
+        let b = String::from_utf8_lossy(&body).to_string();
+        let fast = decode_json_body::<Body>(&body, limits);
+        let slow = parse_json(&body, limits).and_then(|v| protocol::decode::<Body>(v, "body"));
+        match (&fast, &slow) {
+            (Ok(f), Ok(s)) => assert_eq!(f, s, "{b}"),
+            (Err(f), Err(s)) => assert_eq!(f.message, s.message, "{b}"),
+            _ => panic!("{b}: fast {fast:?}, two-step {slow:?}"),
+        }
+    }
+
     /// The fast path answers exactly what the two-step path answers: the same value, or an
     /// error with the same message.
     #[test]
@@ -635,16 +649,7 @@ mod tests {
         bodies.push(b"{\"label\":\"X\",\"ignored\":\"\xc3\x28\"}".to_vec());
         bodies.push(b"{\"label\":\"\xc3\xa9\"}".to_vec());
         for raw in bodies {
-            let b = String::from_utf8_lossy(&raw).to_string();
-            let bytes = Bytes::from(raw);
-            let fast = decode_json_body::<Body>(&bytes, &limits);
-            let slow =
-                parse_json(&bytes, &limits).and_then(|v| protocol::decode::<Body>(v, "body"));
-            match (&fast, &slow) {
-                (Ok(f), Ok(s)) => assert_eq!(f, s, "{b}"),
-                (Err(f), Err(s)) => assert_eq!(f.message, s.message, "{b}"),
-                _ => panic!("{b}: fast {fast:?}, two-step {slow:?}"),
-            }
+            assert_same_on_both_paths(Bytes::from(raw), &limits);
         }
         // At the largest depth cap, 128 levels in an ignored field: serde_json refuses them
         // when it builds the value, so the direct path must not take the body.
@@ -711,15 +716,7 @@ mod tests {
                 body.push_str(&format!("\"{key}\":{value}"));
             }
             body.push('}');
-            let bytes = Bytes::from(body.clone());
-            let fast = decode_json_body::<Body>(&bytes, &limits);
-            let slow =
-                parse_json(&bytes, &limits).and_then(|v| protocol::decode::<Body>(v, "body"));
-            match (&fast, &slow) {
-                (Ok(f), Ok(s)) => assert_eq!(f, s, "{body}"),
-                (Err(f), Err(s)) => assert_eq!(f.message, s.message, "{body}"),
-                _ => panic!("{body}: fast {fast:?}, two-step {slow:?}"),
-            }
+            assert_same_on_both_paths(Bytes::from(body), &limits);
         }
         let plain = br#"{"label":"ORDER","data":{"status":"paid","total":12.5,"n":"a\"b"}}"#;
         assert!(direct_decodable(plain, 3));

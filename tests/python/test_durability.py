@@ -687,3 +687,34 @@ def test_worker_threads_follow_the_config_file_and_the_flag(engine_factory, tmp_
     cfg.write_text("schema_version = 1\n[runtime]\nworkers = 5000\n")
     p = run_engine(["serve", "--config", str(cfg), "--data-dir", str(tmp_path / "d")])
     assert p.returncode != 0 and "runtime.workers" in p.stderr, p.stderr
+
+
+def _thread_nice(pid, name):
+    """The nice values of the threads of `pid` called `name` (/proc/<pid>/task/*/stat)."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue  # a thread that ended meanwhile
+        if comm == name:
+            # Fields after the parenthesised command: state is field 3, nice field 19.
+            out.append(int(stat.rsplit(")", 1)[1].split()[16]))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_applier_thread_runs_five_nice_levels_below_the_process(engine):
+    # docs/operations.md: the background applier yields the CPUs to the request threads
+    # and the writer; they keep the process's priority.
+    api = engine.client()
+    api.create(unique("NICE"), {"n": 1})
+    pid = engine.proc.pid
+    base = os.getpriority(os.PRIO_PROCESS, pid)
+    assert _thread_nice(pid, "engine-applier") == [min(base + 5, 19)]
+    assert _thread_nice(pid, "engine-writer") == [base]
+    workers = _thread_nice(pid, "tokio-rt-worker")
+    assert workers and all(n == base for n in workers)

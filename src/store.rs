@@ -426,8 +426,6 @@ fn log_checkpoint(log_bytes: u64, start: std::time::Instant, writes_went_on: boo
     ));
 }
 
-/// Drains published batches into redb as they come; many groups land in one redb commit when
-/// the writer outpaces it.
 /// Nice levels the applier thread runs below the process (`lower_this_thread_priority`).
 const APPLIER_NICE: i32 = 5;
 
@@ -452,6 +450,9 @@ fn lower_this_thread_priority(by: i32) {
     let _ = by;
 }
 
+/// Drains published batches into redb as they come; many groups land in one redb commit when
+/// the writer outpaces it.
+///
 /// The applier runs `APPLIER_NICE` levels below the request and writer threads: its work
 /// (copying published groups into redb, checkpoints) is off every request's path, and when
 /// the CPUs are contended it yields them to the threads that are on it (W8 c=32 on two

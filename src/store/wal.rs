@@ -254,7 +254,7 @@ impl Segment {
             }
         }
         if self.direct.is_some() {
-            match self.write_direct(frame, block_at, block_end) {
+            match self.write_direct(frame, block_at, end, block_end) {
                 Ok(()) => {
                     self.len = end;
                     return Ok(());
@@ -273,6 +273,7 @@ impl Segment {
                         self.path.display()
                     ));
                     self.direct = None;
+                    self.tail = Vec::new();
                 }
                 Err(e) => return Err(io(e, &self.path)),
             }
@@ -287,8 +288,15 @@ impl Segment {
     }
 
     /// The direct path of [`Segment::write`]: the blocks from `block_at` to `block_end`
-    /// hold the kept tail, the frame, and zeroes; durable when the write returns.
-    fn write_direct(&mut self, frame: &[u8], block_at: u64, block_end: u64) -> std::io::Result<()> {
+    /// hold the kept tail, the frame (ending at `end`), and zeroes; durable when the write
+    /// returns.
+    fn write_direct(
+        &mut self,
+        frame: &[u8],
+        block_at: u64,
+        end: u64,
+        block_end: u64,
+    ) -> std::io::Result<()> {
         let n = (block_end - block_at) as usize;
         if self.aligned.len() < n + BLOCK as usize {
             self.aligned = vec![0u8; (n + BLOCK as usize).next_power_of_two()];
@@ -308,7 +316,6 @@ impl Segment {
         direct.write_all_at(out, block_at)?;
         // The new tail: the written bytes of the last block, unless the frame ended on a
         // block boundary.
-        let end = self.len + frame.len() as u64;
         let from = (end - end % BLOCK - block_at) as usize;
         let to = (end - block_at) as usize;
         self.tail.clear();

@@ -1981,6 +1981,61 @@ mod tests {
         assert_eq!(memo.stats().hits, before + 1);
     }
 
+    /// A record's listing (its adjacency run of every type) stays answered from memory while
+    /// relationships of other records are written, and is read again, with the new entry,
+    /// once one of its own is.
+    #[test]
+    fn a_listing_outlives_relationship_writes_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let memo = Arc::new(memo::KeyMemo::with_limits(1 << 20, 100));
+        let p = published_in(dir.path(), memo.clone());
+        let id = |i: u128| uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + i);
+        let node = |n: u128| Key::tenant(1, keys::ADJACENCY).uuid(&id(n));
+        let edge = |n: u128, ty: &str, other: u128| {
+            node(n)
+                .u8(0)
+                .str(ty)
+                .uuid(&id(other))
+                .uuid(&id(1000 + other))
+                .0
+        };
+        let publish = |seq: u64, keys: Vec<Vec<u8>>| {
+            let mut w: BTreeMap<_, _> = keys.into_iter().map(|k| (k, Some(vec![7u8]))).collect();
+            w.insert(
+                Key::system(keys::SYS_COMMIT_SEQ).0,
+                Some(codec::encode_u64(seq)),
+            );
+            p.publish(Batch::new(seq, w));
+        };
+        // (entries, hits added) of listing node `n` on a fresh snapshot.
+        let list = |n: u128| {
+            let hits = memo.stats().hits;
+            let mut count = 0;
+            p.snapshot()
+                .unwrap()
+                .scan_prefix(&node(n).0, false, &mut |_, _| {
+                    count += 1;
+                    Ok(true)
+                })
+                .unwrap();
+            (count, memo.stats().hits - hits)
+        };
+        publish(1, vec![edge(0, "T", 5), edge(1, "T", 6)]);
+        assert_eq!(list(0), (1, 0), "first listing reads the store");
+        assert_eq!(list(0), (1, 1), "then memory");
+        // Other records' relationships, of the same type and of another.
+        publish(2, vec![edge(1, "T", 7), edge(2, "U", 8)]);
+        assert_eq!(list(0), (1, 1), "unchanged: still from memory");
+        assert_eq!(list(1), (2, 0), "node 1 changed: read again");
+        publish(3, vec![edge(0, "U", 9)]);
+        assert_eq!(
+            list(0),
+            (2, 0),
+            "its own write: read again, with the new entry"
+        );
+        assert_eq!(list(0), (2, 1));
+    }
+
     /// The writer's `MetaCache` holds exactly the committed value of every key it has an
     /// entry for, through creates and deletes that add and drop property ids and counters,
     /// batches that fail after writing new property metadata into their overlay, property

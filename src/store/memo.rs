@@ -11,7 +11,9 @@
 //!   value, or a label);
 //! - the adjacency entries of one relationship type: `ADJACENCY` + node + direction + type
 //!   (run: one node's relationships of that type in that direction);
-//! - all adjacency entries of a tenant: `ADJACENCY` + node [+ direction] (runs of every type).
+//! - the adjacency entries of one node: `ADJACENCY` + node [+ direction] (runs of every
+//!   type: a record's relationships as its listing reads them). A relationship written
+//!   elsewhere leaves these runs valid.
 //!
 //! Invariant (why a memo answer equals the snapshot's own): the store calls [`KeyMemo::note`]
 //! with every batch before the batch is published, so `modified[domain]` read after a snapshot
@@ -29,6 +31,11 @@
 //! into any domain (set after `modified`, also before publishing). A run read while `last` was
 //! `g` by a snapshot holding batch `g` (hence every noted batch) is its domain's state for as
 //! long as `last` stays `g`, so a snapshot that holds batch `g` uses it while `last == g`.
+//! Node domains are not in the map (a bulk link writes into hundreds of thousands): each
+//! hashes to a slot of `nodes`, which holds the largest sequence noted for any node of the
+//! slot and is never forgotten. Two nodes sharing a slot read each other's writes too: a run
+//! is read again for nothing, never used when stale (the value is still at least the
+//! sequence of every batch that wrote into the node).
 //!
 //! Values: an adjacency run is also kept with its values when a snapshot reads it with them
 //! (listing a record's relationships reads each relationship from its adjacency value). Runs
@@ -292,6 +299,8 @@ pub struct KeyMemo {
     modified_max: usize,
     /// The sequence of the last noted batch that wrote into each domain.
     modified: Mutex<Modified>,
+    /// Node domains, by slot (`node_slot`): the largest sequence noted for a node of the slot.
+    nodes: Box<[AtomicU64]>,
     /// The sequence of the last noted batch that wrote into any domain. A run read while it
     /// was `g`, by a snapshot holding every batch up to `g`, is the state of its domain for as
     /// long as `last` stays `g`: then no lookup in `modified` is needed.
@@ -359,13 +368,25 @@ fn type_len(b: &[u8]) -> Option<usize> {
     None
 }
 
-/// The domain of an eligible run's prefix.
+/// The node an eligible run's prefix covers every type of (keyspace, tenant, kind and node),
+/// or None when the run's domain is in `Modified`.
+fn run_node(prefix: &[u8]) -> Option<&[u8]> {
+    (prefix[KIND_AT] == keys::ADJACENCY && prefix.len() <= ADJ_DIR_AT + 1)
+        .then(|| &prefix[..ADJ_DIR_AT])
+}
+
+/// The `Modified` domain of an eligible run's prefix that has no `run_node`.
 fn run_domain(prefix: &[u8]) -> Vec<u8> {
     match prefix[KIND_AT] {
         keys::PROP_INDEX => prefix[..PROP_END].to_vec(),
-        _ if prefix.len() <= ADJ_DIR_AT + 1 => prefix[..=KIND_AT].to_vec(),
         _ => adjacency_type_domain(prefix),
     }
+}
+
+/// Node slots of a memo of `budget` bytes: one per 256 bytes of budget (8 bytes each, 1/32 of
+/// the budget), a power of two from 16 to 2^20.
+fn node_slots(budget: usize) -> usize {
+    (budget / 256).clamp(16, 1 << 20).next_power_of_two()
 }
 
 /// Tenant and kind, then the escaped type with its terminator, of an adjacency key (or of a
@@ -401,6 +422,10 @@ impl KeyMemo {
             budget,
             modified_max,
             modified: Mutex::new(Modified::default()),
+            nodes: match budget {
+                0 => Box::new([]),
+                b => (0..node_slots(b)).map(|_| AtomicU64::new(0)).collect(),
+            },
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             hits: (0..HIT_STRIPES).map(|_| HitStripe::default()).collect(),
             last: AtomicU64::new(0),
@@ -411,6 +436,23 @@ impl KeyMemo {
         self.budget > 0
     }
 
+    /// The slot of a node domain (keyspace, tenant, kind and node); only when enabled.
+    fn node_slot(&self, node: &[u8]) -> &AtomicU64 {
+        &self.nodes[hash_bytes(node) as usize & (self.nodes.len() - 1)]
+    }
+
+    /// The sequence of the last noted batch that wrote into the domain of the run `prefix`.
+    fn domain_seq(&self, prefix: &[u8]) -> u64 {
+        match run_node(prefix) {
+            Some(node) => self.node_slot(node).load(Ordering::Acquire),
+            None => self
+                .modified
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .of(&run_domain(prefix)),
+        }
+    }
+
     /// Records that the batch `seq` writes `keys`. Must be called before the batch is
     /// published (see the module comment).
     pub fn note<'k>(&self, seq: u64, keys: impl Iterator<Item = &'k [u8]>) {
@@ -418,11 +460,9 @@ impl KeyMemo {
             return;
         }
         // Domains of one batch, deduplicated; keys come sorted, so a domain's keys are mostly
-        // consecutive. The all-types adjacency domain of a tenant is kept apart (its keys come
-        // with every adjacency key, and searching for it among the others would make a batch
-        // of many types quadratic).
+        // consecutive (a node's always are: its slot is raised once per run of its keys).
         let mut domains: Vec<Vec<u8>> = Vec::new();
-        let mut all_adjacency: Vec<&[u8]> = Vec::new();
+        let mut node: &[u8] = &[];
         // A domain is `head ++ tail`; allocated only when new to this batch.
         let mut add = |head: &[u8], tail: &[u8]| {
             let same = |d: &Vec<u8>| {
@@ -441,15 +481,17 @@ impl KeyMemo {
                 keys::ADJACENCY if k.len() > ADJ_DIR_AT + 1 => {
                     let ty = &k[ADJ_DIR_AT + 1..];
                     let len = type_len(ty).unwrap_or(ty.len());
-                    if all_adjacency.last() != Some(&&k[..=KIND_AT]) {
-                        all_adjacency.push(&k[..=KIND_AT]);
+                    if k[..ADJ_DIR_AT] != *node {
+                        node = &k[..ADJ_DIR_AT];
+                        self.node_slot(node).fetch_max(seq, Ordering::AcqRel);
                     }
                     add(&k[..=KIND_AT], &ty[..len]);
                 }
                 _ => {}
             }
         }
-        domains.extend(all_adjacency.iter().map(|d| d.to_vec()));
+        // (An adjacency key always adds its type's domain: a batch that raised a node's slot
+        // sets `last` below.)
         if domains.is_empty() {
             return;
         }
@@ -532,11 +574,7 @@ impl KeyMemo {
                 return self.serve(&run, reverse, visit)
             }
             known => {
-                let m = self
-                    .modified
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .of(&run_domain(start));
+                let m = self.domain_seq(start);
                 if m > seq {
                     // The domain changed after this snapshot: its state is not the remembered one.
                     return read(visit);

@@ -52,7 +52,7 @@ const MAX_EXTEND: u64 = 32 << 20;
 /// Direct writes cover whole blocks of this size, from buffers aligned to it (a multiple of
 /// every logical block size in use).
 const BLOCK: u64 = 4096;
-/// A frame buffer larger than this is let go after its write.
+/// A segment's frame buffer larger than this is let go after its write.
 const KEEP_BUFFER: usize = 8 << 20;
 
 /// One write: a key and its new value (None deletes it).
@@ -65,7 +65,6 @@ pub type KvWrite = (Vec<u8>, Option<Vec<u8>>);
 pub struct Wal {
     segs: [Segment; 2],
     active: usize,
-    buf: Vec<u8>,
 }
 
 /// One log file.
@@ -82,7 +81,9 @@ struct Segment {
     /// (`len % BLOCK` of them); a direct write rewrites them in front of the frame.
     /// Not kept once a segment writes buffered (it never goes back).
     tail: Vec<u8>,
-    /// Room for one direct write, aligned to `BLOCK` somewhere inside.
+    /// The frame being written, encoded in place: on the direct path right after a copy of
+    /// `tail` at a `BLOCK`-aligned start somewhere inside (the write reads it there, no copy
+    /// of the frame), at the start on the buffered path.
     aligned: Vec<u8>,
 }
 
@@ -238,9 +239,10 @@ impl Segment {
         Ok(())
     }
 
-    /// Writes an encoded frame at the write position and waits until it is on disk.
-    fn write(&mut self, frame: &[u8]) -> Result<()> {
-        let end = self.len + frame.len() as u64;
+    /// Writes a frame of `len` bytes, which `fill` encodes in place, at the write position and
+    /// waits until it is on disk.
+    fn write(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        let end = self.len + len as u64;
         let block_at = self.len - self.tail.len() as u64;
         let block_end = end.div_ceil(BLOCK) * BLOCK;
         // Keep zeroes ahead so the frame after this one does not grow the file either (and a
@@ -253,8 +255,45 @@ impl Segment {
                 self.file.sync_data().map_err(|e| io(e, &self.path))?;
             }
         }
+        // Where the frame goes in `aligned`: after the kept tail at an aligned start (direct),
+        // or at the start; the buffer only ever grows to a power of two (for `BLOCK` of slack).
+        let span = (block_end - block_at) as usize;
+        let room = match self.direct {
+            Some(_) => span + BLOCK as usize,
+            None => len,
+        };
+        if self.aligned.len() < room {
+            self.aligned = vec![0u8; room.next_power_of_two()];
+        }
+        let off = match self.direct {
+            Some(_) => {
+                (BLOCK as usize - self.aligned.as_ptr() as usize % BLOCK as usize) % BLOCK as usize
+            }
+            None => 0,
+        };
+        let at = off + self.tail.len();
+        fill(&mut self.aligned[at..at + len]);
+        let written = self.write_encoded(off, at, len, block_at, span);
+        if self.aligned.len() > KEEP_BUFFER {
+            // One large group (an import) does not keep its frame's size for good.
+            self.aligned = Vec::new();
+        }
+        written
+    }
+
+    /// Writes the frame encoded at `aligned[at..at + len]` (`off`: the aligned start of the
+    /// direct write of `span` bytes from `block_at`, `at - off` of them the kept tail).
+    fn write_encoded(
+        &mut self,
+        off: usize,
+        at: usize,
+        len: usize,
+        block_at: u64,
+        span: usize,
+    ) -> Result<()> {
+        let end = self.len + len as u64;
         if self.direct.is_some() {
-            match self.write_direct(frame, block_at, end, block_end) {
+            match self.write_direct(off, at + len, block_at, end, span) {
                 Ok(()) => {
                     self.len = end;
                     return Ok(());
@@ -279,7 +318,7 @@ impl Segment {
             }
         }
         self.file
-            .write_all_at(frame, self.len)
+            .write_all_at(&self.aligned[at..at + len], self.len)
             .map_err(|e| io(e, &self.path))?;
         self.file.sync_data().map_err(|e| io(e, &self.path))?;
         // `tail` is not kept on this path: once buffered, a segment stays buffered.
@@ -287,28 +326,20 @@ impl Segment {
         Ok(())
     }
 
-    /// The direct path of [`Segment::write`]: the blocks from `block_at` to `block_end`
-    /// hold the kept tail, the frame (ending at `end`), and zeroes; durable when the write
-    /// returns.
+    /// The direct path of [`Segment::write`]: `aligned[off..off + span]`, the blocks from
+    /// `block_at`, holds the kept tail, the frame (encoded in place, up to `frame_end` in
+    /// `aligned`, `end` in the file), then zeroes; durable when the write returns.
     fn write_direct(
         &mut self,
-        frame: &[u8],
+        off: usize,
+        frame_end: usize,
         block_at: u64,
         end: u64,
-        block_end: u64,
+        span: usize,
     ) -> std::io::Result<()> {
-        let n = (block_end - block_at) as usize;
-        if self.aligned.len() < n + BLOCK as usize {
-            self.aligned = vec![0u8; (n + BLOCK as usize).next_power_of_two()];
-        }
-        let off =
-            (BLOCK as usize - self.aligned.as_ptr() as usize % BLOCK as usize) % BLOCK as usize;
-        let out = &mut self.aligned[off..off + n];
-        let (kept, rest) = out.split_at_mut(self.tail.len());
-        kept.copy_from_slice(&self.tail);
-        let (body, pad) = rest.split_at_mut(frame.len());
-        body.copy_from_slice(frame);
-        pad.fill(0);
+        let out = &mut self.aligned[off..off + span];
+        out[..self.tail.len()].copy_from_slice(&self.tail);
+        out[frame_end - off..].fill(0);
         let direct = self
             .direct
             .as_ref()
@@ -321,10 +352,6 @@ impl Segment {
         self.tail.clear();
         self.tail
             .extend_from_slice(&self.aligned[off + from..off + to]);
-        if self.aligned.len() > KEEP_BUFFER {
-            // One large group (an import) does not keep its frame's size for good.
-            self.aligned = Vec::new();
-        }
         Ok(())
     }
 }
@@ -362,46 +389,50 @@ impl Wal {
             Wal {
                 segs: [a, b],
                 active,
-                buf: Vec::new(),
             },
             frames,
         ))
     }
 
-    /// Writes one frame to the active segment and waits until it is on disk.
-    pub fn append<'a>(
-        &mut self,
-        seq: u64,
-        writes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
-    ) -> Result<()> {
-        let buf = &mut self.buf;
-        buf.clear();
-        buf.extend_from_slice(&[0u8; HEADER]);
-        for (k, v) in writes {
-            buf.push(if v.is_some() { 1 } else { 2 });
-            buf.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            buf.extend_from_slice(k);
-            if let Some(v) = v {
-                buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
-                buf.extend_from_slice(v);
-            }
-        }
+    /// Writes one frame to the active segment and waits until it is on disk. The frame is
+    /// measured first and then encoded once, in place, where the write reads it.
+    pub fn append<'a, I>(&mut self, seq: u64, writes: I) -> Result<()>
+    where
+        I: IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)> + Clone,
+    {
+        let plen: usize = writes
+            .clone()
+            .into_iter()
+            .map(|(k, v)| 1 + 4 + k.len() + v.map_or(0, |v| 4 + v.len()))
+            .sum();
         // A longer payload would not fit the header's length (and would not replay).
-        let plen = u32::try_from(buf.len() - HEADER)
+        let plen32 = u32::try_from(plen)
             .map_err(|_| Error::internal("a redo-log frame over 4 GiB: the group is too large"))?;
-        let seq_bytes = seq.to_le_bytes();
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&seq_bytes);
-        hasher.update(&buf[HEADER..]);
-        buf[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        buf[4..8].copy_from_slice(&plen.to_le_bytes());
-        buf[8..12].copy_from_slice(&hasher.finalize().to_le_bytes());
-        buf[12..20].copy_from_slice(&seq_bytes);
-        let written = self.segs[self.active].write(&self.buf);
-        if self.buf.capacity() > KEEP_BUFFER {
-            self.buf = Vec::new();
-        }
-        written
+        self.segs[self.active].write(HEADER + plen, |buf| {
+            let mut at = HEADER;
+            let mut put = |b: &[u8]| {
+                buf[at..at + b.len()].copy_from_slice(b);
+                at += b.len();
+            };
+            for (k, v) in writes {
+                put(&[if v.is_some() { 1 } else { 2 }]);
+                put(&(k.len() as u32).to_le_bytes());
+                put(k);
+                if let Some(v) = v {
+                    put(&(v.len() as u32).to_le_bytes());
+                    put(v);
+                }
+            }
+            debug_assert_eq!(at, buf.len(), "the frame measured as encoded");
+            let seq_bytes = seq.to_le_bytes();
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&seq_bytes);
+            hasher.update(&buf[HEADER..]);
+            buf[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+            buf[4..8].copy_from_slice(&plen32.to_le_bytes());
+            buf[8..12].copy_from_slice(&hasher.finalize().to_le_bytes());
+            buf[12..20].copy_from_slice(&seq_bytes);
+        })
     }
 
     /// Bytes written to the active segment since it was last empty.
@@ -451,7 +482,7 @@ mod tests {
     use super::*;
 
     /// Owned writes as `Wal::append` takes them.
-    fn borrowed(writes: &[KvWrite]) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+    fn borrowed(writes: &[KvWrite]) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> + Clone {
         writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
     }
 

@@ -430,6 +430,9 @@ pub struct RecordWriter<'o, 'b, R: KvRead> {
     /// (`store::relationships`, `link`).
     pub(super) created: HashMap<String, HashSet<(Uuid, Uuid), IdHash>, IdHash>,
     pub(super) none_before: HashMap<Vec<u8>, bool, IdHash>,
+    /// The last link's (source label, type, target label) and their counter key: a bulk
+    /// link's relationships share one, built once.
+    pub(super) last_count_key: Option<(String, String, String, std::rc::Rc<[u8]>)>,
     /// This batch removed a relationship or changed a record's label.
     pub(super) reshaped: bool,
 }
@@ -450,6 +453,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
             prop_ids: Default::default(),
             created: Default::default(),
             none_before: Default::default(),
+            last_count_key: None,
             reshaped: false,
         }
     }
@@ -462,8 +466,13 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
     /// values from before it: the link shortcut (`surely_new`) and `property_holders` (a
     /// property delete, in a batch of property deletes only, whose record rewrites leave every
     /// other property's counters where they were) rely on exactly that.
-    pub(super) fn add_count(&mut self, key: Vec<u8>, delta: i64) -> Result<()> {
-        *self.counts.entry(key).or_default() += delta;
+    pub(super) fn add_count(&mut self, key: &[u8], delta: i64) -> Result<()> {
+        match self.counts.get_mut(key) {
+            Some(c) => *c += delta,
+            None => {
+                self.counts.insert(key.to_vec(), delta);
+            }
+        }
         Ok(())
     }
 
@@ -561,7 +570,7 @@ impl<'o, 'b, R: KvRead> RecordWriter<'o, 'b, R> {
         } else {
             self.ov.delete(label_key);
         }
-        self.add_count(self.key(keys::LABEL_COUNT).str(&rec.label).0, delta)?;
+        self.add_count(&self.key(keys::LABEL_COUNT).str(&rec.label).0, delta)?;
         for (name, value) in &rec.props {
             let Some(pid) = self.prop_id(name, value.ty, add)? else {
                 continue;

@@ -505,7 +505,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         &mut self,
         rel: &Relationship,
         labels: (&str, &str),
-        new_count: Option<Vec<u8>>,
+        new_count: Option<&[u8]>,
     ) -> Result<()> {
         let t = self.tenant;
         self.ov
@@ -561,7 +561,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             &rel.source,
             &rel.id,
         ));
-        self.add_count(count_key(t, &sl, &rel.rel_type, &tl), -1)
+        self.add_count(&count_key(t, &sl, &rel.rel_type, &tl), -1)
     }
 
     /// Whether a unique link of (source, type, target) may skip its adjacency scan: no
@@ -588,14 +588,33 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                 .is_some_and(|s| s.contains(&(l.source, l.target))))
     }
 
+    /// The counter key of (source label, type, target label), the last one kept: the links of
+    /// a bulk link share it.
+    fn count_key_of(&mut self, sl: &str, ty: &str, tl: &str) -> std::rc::Rc<[u8]> {
+        match &self.last_count_key {
+            Some((a, b, c, k)) if a == sl && b == ty && c == tl => k.clone(),
+            _ => {
+                let k: std::rc::Rc<[u8]> = count_key(self.tenant, sl, ty, tl).into();
+                self.last_count_key = Some((sl.into(), ty.into(), tl.into(), k.clone()));
+                k
+            }
+        }
+    }
+
     /// Creates (or, when unique and present, re-props) one relationship. Returns the number
     /// created: 1, or 0 when it was there already.
-    pub(super) fn link(&mut self, l: LinkRel) -> Result<u64> {
-        let (sl, tl) = match &l.seen {
-            Some(s) if self.seq == s.as_of + 1 => (s.source.to_string(), s.target.to_string()),
-            _ => (self.label_of(&l.source)?, self.label_of(&l.target)?),
+    pub(super) fn link(&mut self, mut l: LinkRel) -> Result<u64> {
+        // A bulk link's endpoints come with their labels: used in place.
+        let seen = l.seen.take().filter(|s| self.seq == s.as_of + 1);
+        let looked_up;
+        let (sl, tl): (&str, &str) = match &seen {
+            Some(s) => (&s.source, &s.target),
+            None => {
+                looked_up = (self.label_of(&l.source)?, self.label_of(&l.target)?);
+                (&looked_up.0, &looked_up.1)
+            }
         };
-        let ck = count_key(self.tenant, &sl, &l.rel_type, &tl);
+        let ck = self.count_key_of(sl, &l.rel_type, tl);
         if l.unique && !self.surely_new(&ck, &l)? {
             let mut existing = None;
             edges(
@@ -619,7 +638,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                     .ok_or_else(|| Error::internal("adjacency without relationship"))?;
                 rel.props = l.props;
                 rel.version = self.seq;
-                self.put_relationship(&rel, (&sl, &tl), None)?;
+                self.put_relationship(&rel, (sl, tl), None)?;
                 return Ok(0);
             }
         }
@@ -632,7 +651,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             target: l.target,
             props: l.props,
         };
-        self.put_relationship(&rel, (&sl, &tl), Some(ck))?;
+        self.put_relationship(&rel, (sl, tl), Some(&ck))?;
         self.created
             .entry(rel.rel_type)
             .or_default()
@@ -725,8 +744,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                     count_key(t, o_to, &rel.rel_type, to),
                 ),
             };
-            self.add_count(old, -1)?;
-            self.add_count(new, 1)?;
+            self.add_count(&old, -1)?;
+            self.add_count(&new, 1)?;
             let value = codec::encode_adjacency(to, &rel);
             if self_loop {
                 for d in [Direction::Out, Direction::In] {

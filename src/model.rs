@@ -113,9 +113,16 @@ impl std::hash::Hasher for IdHasher {
             }
             return;
         }
-        for chunk in bytes.chunks(8) {
+        // Whole words are loaded as such (a copy of a variable length would be a `memcpy`
+        // call per word); the last partial word, zero-padded, folds as one more.
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.fold(u64::from_le_bytes(w.try_into().unwrap_or_default()));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
             let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
+            w[..rest.len()].copy_from_slice(rest);
             self.fold(u64::from_le_bytes(w));
         }
     }
@@ -393,6 +400,25 @@ pub struct Relationship {
 mod tests {
     use super::*;
     use std::hash::BuildHasher;
+
+    /// `IdHasher::write` folds every length as zero-padded 8-byte words, one after another
+    /// (the whole-word loads and the padded last word agree with that definition).
+    #[test]
+    fn id_hash_folds_zero_padded_words_at_every_length() {
+        use std::hash::Hasher;
+        let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 + 11) as u8).collect();
+        for len in 0..=bytes.len() {
+            let mut want = IdHasher(3);
+            for chunk in bytes[..len].chunks(8) {
+                let mut w = [0u8; 8];
+                w[..chunk.len()].copy_from_slice(chunk);
+                want.fold(u64::from_le_bytes(w));
+            }
+            let mut got = IdHasher(3);
+            got.write(&bytes[..len]);
+            assert_eq!(got.finish(), want.finish(), "length {len}");
+        }
+    }
 
     /// The 16-byte shortcut of `IdHasher::write` folds as the general loop does (two 8-byte
     /// writes), and `sort_ids` orders as `Uuid`'s `Ord`.

@@ -561,7 +561,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             &rel.source,
             &rel.id,
         ));
-        self.add_count(&count_key(t, &sl, &rel.rel_type, &tl), -1)
+        let ck = self.count_key_of(&sl, &rel.rel_type, &tl);
+        self.add_count(&ck, -1)
     }
 
     /// Whether a unique link of (source, type, target) may skip its adjacency scan: no

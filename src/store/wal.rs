@@ -84,7 +84,7 @@ struct Segment {
     /// The frame being written, encoded in place: on the direct path right after a copy of
     /// `tail` at a `BLOCK`-aligned start somewhere inside (the write reads it there, no copy
     /// of the frame), at the start on the buffered path.
-    aligned: Vec<u8>,
+    frame_buf: Vec<u8>,
 }
 
 /// The segments' file names; the first is the name a single-file log had.
@@ -209,7 +209,7 @@ impl Segment {
             len: at,
             allocated: size,
             tail,
-            aligned: Vec::new(),
+            frame_buf: Vec::new(),
         };
         if size < (at + HEADER as u64).max(MIN_EXTEND) {
             seg.extend(MIN_EXTEND)?;
@@ -255,33 +255,34 @@ impl Segment {
                 self.file.sync_data().map_err(|e| io(e, &self.path))?;
             }
         }
-        // Where the frame goes in `aligned`: after the kept tail at an aligned start (direct),
+        // Where the frame goes in `frame_buf`: after the kept tail at an aligned start (direct),
         // or at the start; the buffer only ever grows to a power of two (for `BLOCK` of slack).
         let span = (block_end - block_at) as usize;
         let room = match self.direct {
             Some(_) => span + BLOCK as usize,
             None => len,
         };
-        if self.aligned.len() < room {
-            self.aligned = vec![0u8; room.next_power_of_two()];
+        if self.frame_buf.len() < room {
+            self.frame_buf = vec![0u8; room.next_power_of_two()];
         }
         let off = match self.direct {
             Some(_) => {
-                (BLOCK as usize - self.aligned.as_ptr() as usize % BLOCK as usize) % BLOCK as usize
+                (BLOCK as usize - self.frame_buf.as_ptr() as usize % BLOCK as usize)
+                    % BLOCK as usize
             }
             None => 0,
         };
         let at = off + self.tail.len();
-        fill(&mut self.aligned[at..at + len]);
+        fill(&mut self.frame_buf[at..at + len]);
         let written = self.write_encoded(off, at, len, block_at, span);
-        if self.aligned.len() > KEEP_BUFFER {
+        if self.frame_buf.len() > KEEP_BUFFER {
             // One large group (an import) does not keep its frame's size for good.
-            self.aligned = Vec::new();
+            self.frame_buf = Vec::new();
         }
         written
     }
 
-    /// Writes the frame encoded at `aligned[at..at + len]` (`off`: the aligned start of the
+    /// Writes the frame encoded at `frame_buf[at..at + len]` (`off`: the aligned start of the
     /// direct write of `span` bytes from `block_at`, `at - off` of them the kept tail).
     fn write_encoded(
         &mut self,
@@ -318,7 +319,7 @@ impl Segment {
             }
         }
         self.file
-            .write_all_at(&self.aligned[at..at + len], self.len)
+            .write_all_at(&self.frame_buf[at..at + len], self.len)
             .map_err(|e| io(e, &self.path))?;
         self.file.sync_data().map_err(|e| io(e, &self.path))?;
         // `tail` is not kept on this path: once buffered, a segment stays buffered.
@@ -326,9 +327,9 @@ impl Segment {
         Ok(())
     }
 
-    /// The direct path of [`Segment::write`]: `aligned[off..off + span]`, the blocks from
+    /// The direct path of [`Segment::write`]: `frame_buf[off..off + span]`, the blocks from
     /// `block_at`, holds the kept tail, the frame (encoded in place, up to `frame_end` in
-    /// `aligned`, `end` in the file), then zeroes; durable when the write returns.
+    /// `frame_buf`, `end` in the file), then zeroes; durable when the write returns.
     fn write_direct(
         &mut self,
         off: usize,
@@ -337,7 +338,7 @@ impl Segment {
         end: u64,
         span: usize,
     ) -> std::io::Result<()> {
-        let out = &mut self.aligned[off..off + span];
+        let out = &mut self.frame_buf[off..off + span];
         out[..self.tail.len()].copy_from_slice(&self.tail);
         out[frame_end - off..].fill(0);
         let direct = self
@@ -351,7 +352,7 @@ impl Segment {
         let to = (end - block_at) as usize;
         self.tail.clear();
         self.tail
-            .extend_from_slice(&self.aligned[off + from..off + to]);
+            .extend_from_slice(&self.frame_buf[off + from..off + to]);
         Ok(())
     }
 }

@@ -97,11 +97,11 @@ impl Metrics {
         let _ = writeln!(out, "engine_records {records}");
         out.push_str("# HELP engine_tenants Tenants with data.\n# TYPE engine_tenants gauge\n");
         let _ = writeln!(out, "engine_tenants {tenants}");
-        out.push_str("# HELP engine_key_memo_bytes Bytes of key runs held in the key memo.\n# TYPE engine_key_memo_bytes gauge\n");
+        out.push_str("# HELP engine_key_memo_bytes Bytes of key runs and record labels held in the key memo.\n# TYPE engine_key_memo_bytes gauge\n");
         let _ = writeln!(out, "engine_key_memo_bytes {}", memo.bytes);
         out.push_str("# HELP engine_key_memo_runs Key runs held in the key memo.\n# TYPE engine_key_memo_runs gauge\n");
         let _ = writeln!(out, "engine_key_memo_runs {}", memo.runs);
-        out.push_str("# HELP engine_key_memo_hits_total Key runs read from the key memo instead of the store.\n# TYPE engine_key_memo_hits_total counter\n");
+        out.push_str("# HELP engine_key_memo_hits_total Key runs and record labels read from the key memo instead of the store.\n# TYPE engine_key_memo_hits_total counter\n");
         let _ = writeln!(out, "engine_key_memo_hits_total {}", memo.hits);
         out
     }

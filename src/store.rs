@@ -1710,11 +1710,11 @@ mod tests {
         );
     }
 
-    /// Through random writes to adjacency and property index keys, drains, snapshots kept
-    /// from before later writes and a memo small enough to start over often (its runs and its
-    /// record of which domains were written), every key scan
-    /// through the memo visits exactly the keys the snapshot's own scan does, in both
-    /// directions, read whole or stopped early.
+    /// Through random writes to adjacency, property index and record keys, drains, snapshots
+    /// kept from before later writes and a memo small enough to start over often (its runs and
+    /// its record of which domains were written), every key scan through the memo visits
+    /// exactly the keys the snapshot's own scan does, in both directions, read whole or
+    /// stopped early, and every record label read through it is the snapshot's.
     #[test]
     fn key_memo_answers_as_the_snapshot_does() {
         // The small memo also forgets which domains were written every few batches.
@@ -1743,6 +1743,15 @@ mod tests {
                     .str(&format!("v{value}"))
                     .uuid(&id(rec))
                     .0
+            };
+            let rec = |node: u64| Key::tenant(1, keys::RECORD).uuid(&id(node)).0;
+            // A record's value is its label here: the memo's answer must be the snapshot's.
+            let label_of = |snap: &Snapshot, node: u64, memo: bool| {
+                let decode = |v: &[u8]| Ok(String::from_utf8(v.to_vec()).unwrap());
+                match memo {
+                    true => snap.record_label(&rec(node), &decode).unwrap(),
+                    false => snap.get(&rec(node)).unwrap().map(|v| decode(&v).unwrap()),
+                }
             };
             let prefixes: Vec<Vec<u8>> = {
                 let mut v = Vec::new();
@@ -1797,9 +1806,10 @@ mod tests {
             for seq in 1..=300u64 {
                 let mut w = BTreeMap::new();
                 for _ in 0..1 + next(4) {
-                    let k = match next(2) {
+                    let k = match next(3) {
                         0 => adj(next(4), next(2), next(3), next(4), next(3)),
-                        _ => idx(next(2), next(3), next(6)),
+                        1 => idx(next(2), next(3), next(6)),
+                        _ => rec(next(4)),
                     };
                     // A value names its batch: rewriting a key changes what a run holds.
                     w.insert(k, (next(3) > 0).then(|| format!("v{seq}").into_bytes()));
@@ -1837,6 +1847,13 @@ mod tests {
                         "values: group {seq}, snapshot {}, prefix {pre:?}, reverse {reverse}",
                         snap.seq()
                     );
+                    let node = next(4);
+                    assert_eq!(
+                        label_of(snap, node, true),
+                        label_of(snap, node, false),
+                        "label: group {seq}, snapshot {}, record {node}",
+                        snap.seq()
+                    );
                     checks += 1;
                 }
             }
@@ -1856,6 +1873,14 @@ mod tests {
             let hits = memo.stats().hits;
             assert_eq!(keys_of(&snap, pre, false, usize::MAX, true), first);
             assert_eq!(memo.stats().hits, hits + 1);
+            // So is a record's label, once there is room for labels.
+            let node = (0..4)
+                .find(|n| label_of(&snap, *n, false).is_some())
+                .unwrap();
+            let first = label_of(&snap, node, true);
+            let hits = memo.stats().hits;
+            assert_eq!(label_of(&snap, node, true), first);
+            assert_eq!(memo.stats().hits, hits + u64::from(budget >= 1 << 20));
             // An adjacency run read with values is then answered from memory with them, and
             // serves key-only reads as well (a node's whole run fits the larger memo).
             if budget < 1 << 20 {

@@ -25,6 +25,15 @@ pub trait KvRead {
     fn scan_prefix(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
         self.scan(prefix, &super::keys::prefix_end(prefix), reverse, visit)
     }
+    /// The label of the record stored under `key`, which `decode` reads from its value (None:
+    /// no such key). A snapshot may answer it from its key memo (store/memo.rs, "Labels").
+    fn record_label(
+        &self,
+        key: &[u8],
+        decode: &dyn Fn(&[u8]) -> Result<String>,
+    ) -> Result<Option<String>> {
+        self.get(key)?.map(|v| decode(&v)).transpose()
+    }
     /// `scan` for a caller that reads keys only: it must not read the values passed (a
     /// snapshot may answer from its key memo, passing `&[]`: store/memo.rs).
     fn scan_keys(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
@@ -287,6 +296,17 @@ impl KvRead for Snapshot {
             None => read(visit),
         }
     }
+    fn record_label(
+        &self,
+        key: &[u8],
+        decode: &dyn Fn(&[u8]) -> Result<String>,
+    ) -> Result<Option<String>> {
+        let read = || self.get(key)?.map(|v| decode(&v)).transpose();
+        match &self.memo {
+            Some(m) => m.label(self.seq(), key, &read),
+            None => read(),
+        }
+    }
     fn scan_keys(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
         match &self.memo {
             Some(m) if is_prefix_end(start, end) => {
@@ -356,6 +376,14 @@ impl<R: KvRead + ?Sized> KvRead for Budgeted<'_, R> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.spend()?;
         self.inner.get(key)
+    }
+    fn record_label(
+        &self,
+        key: &[u8],
+        decode: &dyn Fn(&[u8]) -> Result<String>,
+    ) -> Result<Option<String>> {
+        self.spend()?;
+        self.inner.record_label(key, decode)
     }
     fn scan(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
         self.spend()?; // the descent, even when the range is empty

@@ -44,6 +44,13 @@
 //! out the key runs graph searches reread. A run is not copied past its part of a shard. An adjacency value changes only by a write of its key, so such a
 //! run is valid exactly when its keys are. A run with values answers key-only reads too.
 //!
+//! Labels: a record's label (what a listing of its relationships reads besides its adjacency)
+//! is kept by its record key, in a node domain of its own (`RECORD` + node), whose slot every
+//! batch writing the record raises. The same rule applies: a label read by a snapshot of
+//! sequence `seq` after the slot read `m <= seq` is the record's label since `m`, used while
+//! the slot still reads `m`. Labels take at most 1/[`LABEL_SHARE`] of the budget; a shard of
+//! them that is full starts over.
+//!
 //! Memory: the runs' keys (and values) are counted against a budget (`storage.key_memo_mb`), split evenly
 //! over the memo's shards; remembering a run that would exceed its shard's part starts that
 //! shard over. A budget of 0 turns the memo off.
@@ -262,6 +269,35 @@ struct Runs {
     oversized: std::collections::HashSet<u64, PreHashed>,
 }
 
+/// Remembered record labels by `hash_bytes` of the record key, and what they cost.
+#[derive(Default)]
+struct Labels {
+    map: HashMap<u64, Label, PreHashed>,
+    bytes: usize,
+}
+
+/// A record's label as read by a snapshot: the record's slot (`KeyMemo::node_slot` of its
+/// key) read `seq` then, and the key it was read by.
+struct Label {
+    seq: u64,
+    key: Box<[u8]>,
+    label: Box<str>,
+}
+
+impl Label {
+    fn cost(&self) -> usize {
+        self.key.len() + self.label.len() + RUN_OVERHEAD
+    }
+}
+
+/// Labels take at most this part of the budget (1/16: 16 MiB, ~150,000 labels by default).
+const LABEL_SHARE: usize = 16;
+
+/// One of [`SHARDS`] parts of the labels, on lines of its own (away from the runs' locks).
+#[derive(Default)]
+#[repr(align(128))]
+struct LabelShard(RwLock<Labels>);
+
 /// Oversized prefixes a shard remembers before it starts that list over.
 const OVERSIZED_MAX: usize = 4096;
 
@@ -307,6 +343,8 @@ pub struct KeyMemo {
     last: AtomicU64,
     /// Each shard holds at most `budget / SHARDS` bytes.
     shards: Box<[Shard]>,
+    /// Record labels; each shard holds at most `budget / LABEL_SHARE / SHARDS` bytes.
+    labels: Box<[LabelShard]>,
     hits: Box<[HitStripe]>,
 }
 
@@ -427,6 +465,7 @@ impl KeyMemo {
                 b => (0..node_slots(b)).map(|_| AtomicU64::new(0)).collect(),
             },
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            labels: (0..SHARDS).map(|_| LabelShard::default()).collect(),
             hits: (0..HIT_STRIPES).map(|_| HitStripe::default()).collect(),
             last: AtomicU64::new(0),
         }
@@ -486,6 +525,10 @@ impl KeyMemo {
                         self.node_slot(node).fetch_max(seq, Ordering::AcqRel);
                     }
                     add(&k[..=KIND_AT], &ty[..len]);
+                }
+                // A record's own domain: its label (no run reads it, so `last` need not move).
+                keys::RECORD if k.len() == ADJ_DIR_AT => {
+                    self.node_slot(k).fetch_max(seq, Ordering::AcqRel);
                 }
                 _ => {}
             }
@@ -613,6 +656,62 @@ impl KeyMemo {
         Ok(())
     }
 
+    /// The label of the record under `key` in a snapshot of sequence `seq`: from memory when
+    /// the memo holds it unchanged since, else through `read` (the snapshot's own), which is
+    /// remembered (a missing record is not).
+    pub fn label(
+        &self,
+        seq: u64,
+        key: &[u8],
+        read: &dyn Fn() -> Result<Option<String>>,
+    ) -> Result<Option<String>> {
+        if !self.enabled()
+            || key.len() != ADJ_DIR_AT
+            || key[0] != keys::TENANT
+            || key[KIND_AT] != keys::RECORD
+        {
+            return read();
+        }
+        // Read after the snapshot was taken (see the module comment).
+        let m = self.node_slot(key).load(Ordering::Acquire);
+        if m > seq {
+            return read();
+        }
+        let h = hash_bytes(key);
+        let shard = &self.labels[(h >> 32) as usize % SHARDS].0;
+        if let Some(l) = shard
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .get(&h)
+            .filter(|l| l.seq == m && *l.key == *key)
+        {
+            self.hits[hit_stripe()].0.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(l.label.to_string()));
+        }
+        let label = read()?;
+        if let Some(text) = &label {
+            let l = Label {
+                seq: m,
+                key: key.into(),
+                label: text.as_str().into(),
+            };
+            let (cost, budget) = (l.cost(), self.budget / LABEL_SHARE / SHARDS);
+            let mut labels = shard.write().unwrap_or_else(|p| p.into_inner());
+            if labels.bytes + cost > budget {
+                labels.map.clear();
+                labels.bytes = 0;
+            }
+            if cost <= budget {
+                labels.bytes += cost;
+                if let Some(old) = labels.map.insert(h, l) {
+                    labels.bytes -= old.cost();
+                }
+            }
+        }
+        Ok(label)
+    }
+
     /// Visits a remembered run's keys (with their values when it holds them).
     fn serve(&self, run: &Run, reverse: bool, visit: Visit) -> Result<()> {
         self.hits[hit_stripe()].0.fetch_add(1, Ordering::Relaxed);
@@ -725,6 +824,9 @@ impl KeyMemo {
             st.runs += runs.map.len();
             st.bytes += runs.bytes;
         }
+        for shard in self.labels.iter() {
+            st.bytes += shard.0.read().unwrap_or_else(|p| p.into_inner()).bytes;
+        }
         st.hits = self.hits.iter().map(|h| h.0.load(Ordering::Relaxed)).sum();
         st
     }
@@ -781,5 +883,53 @@ mod tests {
         // A run that does not fit beside them starts the shard over (key runs only).
         memo.remember(hash_bytes(c), run(c, 60, false));
         assert!(held(&memo, c) && !held(&memo, a));
+    }
+
+    /// A record's label is answered from memory until a batch writes the record (or another
+    /// record of its slot), never to a snapshot older than that write, and a missing record
+    /// is read every time.
+    #[test]
+    fn a_label_is_kept_until_its_record_is_written() {
+        use std::cell::Cell;
+        let memo = KeyMemo::with_limits(1 << 20, 100);
+        let id = |n: u128| uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + n);
+        let key = |n: u128| keys::Key::tenant(1, keys::RECORD).uuid(&id(n)).0;
+        let reads = Cell::new(0);
+        // (label, store reads) of record `n` by a snapshot of `seq` whose record reads `label`.
+        let label = |seq: u64, n: u128, label: Option<&str>| {
+            let before = reads.get();
+            let read = || {
+                reads.set(reads.get() + 1);
+                Ok(label.map(str::to_string))
+            };
+            let l = memo.label(seq, &key(n), &read).unwrap();
+            (l, reads.get() - before)
+        };
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            label(1, 0, Some("A")),
+            (some("A"), 1),
+            "first read: the store"
+        );
+        assert_eq!(label(1, 0, Some("A")), (some("A"), 0), "then memory");
+        // Another record's write and a relationship of this one leave it.
+        let adjacency = keys::Key::tenant(1, keys::ADJACENCY).uuid(&id(0)).u8(0).0;
+        memo.note(2, [key(1).as_slice(), adjacency.as_slice()].into_iter());
+        assert_eq!(label(2, 0, Some("A")), (some("A"), 0));
+        // Its own write (a relabel): read again, not by a snapshot older than the write.
+        memo.note(3, std::iter::once(key(0).as_slice()));
+        assert_eq!(label(2, 0, Some("A")), (some("A"), 1), "older snapshot");
+        assert_eq!(label(2, 0, Some("A")), (some("A"), 1), "not remembered");
+        assert_eq!(label(3, 0, Some("B")), (some("B"), 1));
+        assert_eq!(label(3, 0, Some("B")), (some("B"), 0));
+        // Deleted: None, read each time.
+        memo.note(4, std::iter::once(key(0).as_slice()));
+        assert_eq!(label(4, 0, None), (None, 1));
+        assert_eq!(label(4, 0, None), (None, 1));
+        // A memo without a budget reads every time.
+        let off = KeyMemo::with_limits(0, 100);
+        let read = || Ok(some("A"));
+        assert_eq!(off.label(1, &key(0), &read).unwrap(), some("A"));
+        assert_eq!(off.stats().bytes, 0);
     }
 }

@@ -215,11 +215,9 @@ pub fn get_record<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<
 
 /// A record's label (None: no such record), without decoding its properties.
 pub fn get_label<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<Option<String>> {
-    Ok(kv
-        .get(&record_key(tenant, id))?
-        .map(|v| codec::decode_record_fields(*id, &v, Some(&[])))
-        .transpose()?
-        .map(|r| r.label))
+    kv.record_label(&record_key(tenant, id), &|v| {
+        Ok(codec::decode_record_fields(*id, v, Some(&[]))?.label)
+    })
 }
 
 /// A counter (or sequence) value: 0 when the key is absent.

@@ -610,8 +610,8 @@ def test_protocol_link_ops_report_affected(api):
 def test_a_listing_follows_every_write_to_the_relationships_it_shows(api):
     """A record's relationships are listed from memory once read (docs/design.md "Key
     memo"): each write that changes what the listing shows (new properties on a re-attach,
-    the other end's label, a detach, a deleted neighbour, a new relationship) must show in
-    the next listing."""
+    the other end's label, a detach, a deleted neighbour, a new relationship, the record's own
+    label, its delete) must show in the next listing."""
     hub = api.create("Hub", {"n": 0})
     a, b = api.create("Spoke", {"n": 1}), api.create("Spoke", {"n": 2})
     assert api.post(f"/api/v1/records/{hub}/relationships", {"targetIds": [a, b], "type": "R",
@@ -637,6 +637,15 @@ def test_a_listing_follows_every_write_to_the_relationships_it_shows(api):
     assert api.put(f"/api/v1/records/{hub}/relationships", {"targetIds": a}).status_code == 200
     assert api.delete(f"/api/v1/records/{b}").status_code == 200
     assert view() == {(c, "Spoke", None)}
+    # the record's own label is kept in memory too: its relabel and its delete show
+    own = lambda: {r[("source", "target")[r["targetId"] == hub] + "Label"] for r in rels_of(api, hub)["data"]}  # noqa: E731
+    assert own() == own() == {"Hub"}
+    r = api.patch(f"/api/v1/records/{hub}", {"label": "Axle", "data": {"n": 0}})
+    assert r.status_code == 201, r.text
+    assert own() == {"Axle"}
+    assert api.delete(f"/api/v1/records/{hub}").status_code == 200
+    r = api.get(f"/api/v1/records/{hub}/relationships")
+    assert r.status_code == 404, r.text
 
 
 def test_counts_are_of_relationships_created(api):

@@ -391,8 +391,18 @@ impl Engine {
         Ok(Tenant::Named(name.to_string()))
     }
 
-    /// The single entry point of every front-end.
-    pub async fn execute(&self, env: Envelope) -> Result<Outcome> {
+    /// The single entry point of every front-end. Boxed: the operation's future is ~2 KiB,
+    /// and held inline it made every caller's future that much larger (each route's, the
+    /// routes', the request's), each copied whole when it is awaited or boxed (docs/design.md
+    /// "Connections").
+    pub fn execute(
+        &self,
+        env: Envelope,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome>> + Send + '_>> {
+        Box::pin(self.execute_inline(env))
+    }
+
+    async fn execute_inline(&self, env: Envelope) -> Result<Outcome> {
         if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
             self.credential(&env)?; // tenant-less (BEHAVIOUR.md §7)
             if !self.multitenant() {

@@ -583,8 +583,7 @@ impl Engine {
         tx: &str,
         op: Operation,
     ) -> Result<Outcome> {
-        let what = op.name();
-        let refuse = || Err(not_staged(&what));
+        let refuse = |op: &Operation| Err(not_staged(&op.name()));
         // The transaction first (an unknown id is a 404 whatever the operation), then the
         // operations a transaction does not take.
         let mut g = self.locked(&tenant, tx).await?;
@@ -600,7 +599,7 @@ impl Engine {
             | Operation::Query(QueryOp::Record(_) | QueryOp::Relationships(_)) => {}
             // SearchDto's empty defaults ask for records (`QueryDocument::asks_for_rows`).
             Operation::Query(QueryOp::Records(q)) if !q.query.asks_for_rows() => {}
-            _ => return refuse(),
+            _ => return refuse(&op),
         }
         let open = &mut *g;
         match op {
@@ -688,7 +687,7 @@ impl Engine {
                     .await
             }
             Operation::Ingest(i) => self.ingest(tenant, i, &mut Sink::Staged(open)).await,
-            _ => refuse(),
+            other => refuse(&other),
         }
     }
 

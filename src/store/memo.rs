@@ -290,7 +290,8 @@ impl Label {
     }
 }
 
-/// Labels take at most this part of the budget (1/16: 16 MiB, ~150,000 labels by default).
+/// Labels take at most this part of the budget (1/16: 16 MiB by default, ~200,000 labels of
+/// 8 bytes).
 const LABEL_SHARE: usize = 16;
 
 /// One of [`SHARDS`] parts of the labels, on lines of its own (away from the runs' locks).
@@ -328,6 +329,12 @@ fn hit_stripe() -> usize {
 }
 
 const SHARDS: usize = 16;
+
+/// The shard of hash `h` (runs and labels): bits hashbrown does not use for the bucket or the
+/// tag of a map this size.
+fn shard_of(h: u64) -> usize {
+    (h >> 32) as usize % SHARDS
+}
 
 pub struct KeyMemo {
     budget: usize,
@@ -678,7 +685,7 @@ impl KeyMemo {
             return read();
         }
         let h = hash_bytes(key);
-        let shard = &self.labels[(h >> 32) as usize % SHARDS].0;
+        let shard = &self.labels[shard_of(h)].0;
         if let Some(l) = shard
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -809,8 +816,7 @@ impl KeyMemo {
     }
 
     fn shard(&self, h: u64) -> &Shard {
-        // Bits hashbrown does not use for the bucket or the tag of a map this size.
-        &self.shards[(h >> 32) as usize % SHARDS]
+        &self.shards[shard_of(h)]
     }
 
     pub fn stats(&self) -> MemoStats {

@@ -500,11 +500,18 @@ impl KeyMemo {
     }
 
     /// Records that the batch `seq` writes `keys`. Must be called before the batch is
-    /// published (see the module comment).
+    /// published (see the module comment), by the one committer, in sequence order: then
+    /// `seq` is at least every value a slot holds, and raising a slot is a plain store (no
+    /// read-modify-write stalling on each slot's cache miss: a bulk link raises ~200,000).
     pub fn note<'k>(&self, seq: u64, keys: impl Iterator<Item = &'k [u8]>) {
         if !self.enabled() {
             return;
         }
+        debug_assert!(
+            seq >= self.last.load(Ordering::Relaxed),
+            "noted out of order"
+        );
+        let raise = |slot: &AtomicU64| slot.store(seq, Ordering::Release);
         // Domains of one batch, deduplicated; keys come sorted, so a domain's keys are mostly
         // consecutive (a node's always are: its slot is raised once per run of its keys).
         let mut domains: Vec<Vec<u8>> = Vec::new();
@@ -529,13 +536,13 @@ impl KeyMemo {
                     let len = type_len(ty).unwrap_or(ty.len());
                     if k[..ADJ_DIR_AT] != *node {
                         node = &k[..ADJ_DIR_AT];
-                        self.node_slot(node).fetch_max(seq, Ordering::AcqRel);
+                        raise(self.node_slot(node));
                     }
                     add(&k[..=KIND_AT], &ty[..len]);
                 }
                 // A record's own domain: its label (no run reads it, so `last` need not move).
                 keys::RECORD if k.len() == ADJ_DIR_AT => {
-                    self.node_slot(k).fetch_max(seq, Ordering::AcqRel);
+                    raise(self.node_slot(k));
                 }
                 _ => {}
             }

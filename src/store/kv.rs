@@ -117,7 +117,21 @@ pub struct Batch {
 
 impl Batch {
     pub fn new(seq: u64, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Batch {
-        let filter = Bloom::new(writes.keys().map(|k| hash_bytes(k)), writes.len());
+        let filter = Batch::filter_of(&writes);
+        Batch::with_filter(seq, writes, filter)
+    }
+
+    /// The key filter of `writes` (what [`Batch::new`] builds), to make apart from the batch.
+    pub fn filter_of(writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Bloom {
+        Bloom::new(writes.keys().map(|k| hash_bytes(k)), writes.len())
+    }
+
+    /// A batch of `writes` with their `filter_of`.
+    pub fn with_filter(
+        seq: u64,
+        writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        filter: Bloom,
+    ) -> Batch {
         Batch {
             seq,
             writes,

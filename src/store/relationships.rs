@@ -539,11 +539,11 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
         Ok(())
     }
 
-    /// Removes a relationship, its adjacency entries and its count.
-    fn remove_relationship(&mut self, rel: &Relationship) -> Result<()> {
+    /// Removes a relationship between records labelled `sl` (source) and `tl` (target), its
+    /// adjacency entries and its count.
+    fn remove_relationship(&mut self, rel: &Relationship, sl: &str, tl: &str) -> Result<()> {
         self.reshaped = true;
         let t = self.tenant;
-        let (sl, tl) = (self.label_of(&rel.source)?, self.label_of(&rel.target)?);
         self.ov.delete(rel_key(t, &rel.id));
         self.ov.delete(adj_key(
             t,
@@ -561,7 +561,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             &rel.source,
             &rel.id,
         ));
-        let ck = self.count_key_of(&sl, &rel.rel_type, &tl);
+        let ck = self.count_key_of(sl, &rel.rel_type, tl);
         self.add_count(&ck, -1)
     }
 
@@ -669,51 +669,55 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
                 self.label_of(id)?;
             }
         }
-        let mut ids = Vec::new();
-        edges(
-            &*self.ov,
-            self.tenant,
-            &u.node,
-            &u.filter,
-            &mut |other, rel| {
-                if others.contains(&other) {
-                    ids.push(rel);
-                }
-                Ok(true)
-            },
-        )?;
-        self.remove_by_ids(ids)
+        let mut found = Vec::new();
+        adjacent(&*self.ov, self.tenant, &u.node, &u.filter, &mut |a| {
+            if others.contains(&a.other) {
+                found.push(a);
+            }
+            Ok(true)
+        })?;
+        self.remove_adjacent(&u.node, found)
     }
 
-    fn remove_by_ids(&mut self, ids: Vec<Uuid>) -> Result<u64> {
-        let mut n = 0;
+    /// Removes the relationships of `node` that its adjacency entries `found` hold. Each entry
+    /// carries the whole relationship and its other end's label (kept current by
+    /// `relabel_edges`, in this batch's overlay too), so only `node`'s own label is read, and
+    /// no relationship record. A self-loop's two entries remove it once.
+    fn remove_adjacent(&mut self, node: &Uuid, found: Vec<Adjacent>) -> Result<u64> {
+        if found.is_empty() {
+            return Ok(0);
+        }
+        let own = self.label_of(node)?;
         let mut seen = HashSet::new();
-        for id in ids {
-            if !seen.insert(id) {
+        let mut n = 0;
+        for a in found {
+            if !seen.insert(a.rel.id) {
                 continue;
             }
-            if let Some(rel) = get_relationship(&*self.ov, self.tenant, &id)? {
-                self.remove_relationship(&rel)?;
-                n += 1;
-            }
+            let (sl, tl) = match a.dir {
+                Direction::Out => (own.as_str(), a.other_label.as_str()),
+                Direction::In => (a.other_label.as_str(), own.as_str()),
+            };
+            self.remove_relationship(&a.rel, sl, tl)?;
+            n += 1;
         }
         Ok(n)
     }
 
     /// Removes every relationship of a record (before the record itself goes).
     pub(super) fn detach_all(&mut self, node: &Uuid) -> Result<u64> {
-        let mut ids = Vec::new();
-        edges(
+        let mut found = Vec::new();
+        adjacent(
             &*self.ov,
             self.tenant,
             node,
             &EdgeFilter::default(),
-            &mut |_, rel| {
-                ids.push(rel);
+            &mut |a| {
+                found.push(a);
                 Ok(true)
             },
         )?;
-        self.remove_by_ids(ids)
+        self.remove_adjacent(node, found)
     }
 
     /// A record's label changes from `from` to `to`: moves its relationship counters, and

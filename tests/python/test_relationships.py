@@ -541,6 +541,50 @@ def test_deletes_leave_no_dangling_relationship(engine, api):
     assert {(r["sourceId"], r["targetId"]) for r in all_relationships(api2)} == expected
 
 
+def test_removals_count_by_the_labels_the_ends_have_then(api):
+    """Unlinks and record deletes take each removed relationship's end labels from its
+    adjacency entries and the record's own label, including labels retyped earlier in the same
+    batch (one committed transaction): the schema counters always equal a scan."""
+    def counts():
+        r = api.protocol({"kind": "describe", "describe": {"kind": "schema"}})
+        assert r.status_code == 200, r.text
+        return {(x["sourceLabel"], x["type"], x["targetLabel"]): x["count"]
+                for x in r.json()["response"]["schema"]["relationships"] if x["count"]}
+
+    def scanned():
+        out = {}
+        for x in all_relationships(api):
+            k = (x["sourceLabel"], x["type"], x["targetLabel"])
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    def stage(tx, mutation):
+        r = api.protocol({"kind": "transaction", "transaction": {"kind": "stage", "transactionId": tx, "mutation": mutation}})
+        assert r.status_code == 200, r.text
+
+    a, d, e = (api.create("A", {"n": i}) for i in range(3))
+    b, c = api.create("B", {"n": 3}), api.create("B", {"n": 4})
+    for s, t, ty in [(a, b, "E"), (d, b, "E"), (e, b, "K"), (b, c, "E"), (c, c, "SELF"), (a, c, "F")]:
+        assert api.post(f"/api/v1/relationships/{s}", {"targetIds": t, "type": ty}).status_code == 201
+    r = api.protocol({"kind": "mutate", "mutation": {"kind": "retypeRecord", "id": b, "fromLabel": "B", "toLabel": "C"}})
+    assert r.status_code == 200, r.text
+    # a detach from the retyped record's neighbour
+    assert api.put(f"/api/v1/records/{a}/relationships", {"targetIds": b}).status_code == 200
+    assert counts() == scanned() == {("A", "E", "C"): 1, ("A", "K", "C"): 1, ("C", "E", "B"): 1,
+                                     ("B", "SELF", "B"): 1, ("A", "F", "B"): 1}
+    # one batch: two retypes, then an unlink and a delete across them
+    r = api.protocol({"kind": "transaction", "transaction": {"kind": "begin", "ttlMs": 20000}})
+    tx = r.json()["response"]["transactionId"]
+    stage(tx, {"kind": "retypeRecord", "id": c, "fromLabel": "B", "toLabel": "D"})
+    stage(tx, {"kind": "retypeRecord", "id": b, "fromLabel": "C", "toLabel": "X"})
+    r = api.put(f"/api/v1/records/{d}/relationships", {"targetIds": b}, headers={"X-Transaction-Id": tx})
+    assert r.status_code == 200, r.text
+    stage(tx, {"kind": "deleteRecord", "id": c})
+    r = api.protocol({"kind": "transaction", "transaction": {"kind": "commit", "transactionId": tx}})
+    assert r.json()["response"]["status"] == "committed", r.text
+    assert counts() == scanned() == {("A", "K", "X"): 1}
+
+
 # ── the SDK in direct mode ─────────────────────────────────────────────────
 
 

@@ -80,6 +80,26 @@ def test_acknowledged_creates_survive_kill9(engine):
     assert api.record(rid)["seq"] == N
 
 
+def test_a_large_acknowledged_import_survives_kill9(engine):
+    """One import of 4,000 records is one write group of ~30,000 writes, over the size whose
+    key filter and memo notes the writer makes on a second thread while the redo-log frame is
+    written: acknowledged, it survives kill -9 whole, index entries included."""
+    api = engine.client()
+    label = unique("BIGGROUP")
+    n = 4000
+    r = api.post("/api/v1/records/import/json", {"label": label, "data": [_doc(i) for i in range(n)]})
+    assert r.status_code in (200, 201), r.text
+    engine.kill9()
+    assert engine.last_exit == -signal.SIGKILL
+    engine.start()
+    assert api.labels()[label] == n
+    r = api.post("/api/v1/records/search", {"labels": [label], "where": {"seq": {"$gte": n - 10}}, "limit": 100})
+    assert r.status_code == 200, r.text
+    assert sorted(x["seq"] for x in r.json()["data"]["data"]) == list(range(n - 10, n))
+    r = api.post("/api/v1/records/search", {"labels": [label], "where": {"name": "record-1234"}})
+    assert [x["seq"] for x in r.json()["data"]["data"]] == [1234], r.text
+
+
 def test_acknowledged_edits_and_deletes_survive_kill9(engine):
     api = engine.client()
     label, moved = unique("EDITS"), unique("MOVED")

@@ -32,7 +32,7 @@ pub trait KvRead {
         key: &[u8],
         decode: &dyn Fn(&[u8]) -> Result<String>,
     ) -> Result<Option<String>> {
-        self.get(key)?.map(|v| decode(&v)).transpose()
+        stored_label(self, key, decode)
     }
     /// `scan` for a caller that reads keys only: it must not read the values passed (a
     /// snapshot may answer from its key memo, passing `&[]`: store/memo.rs).
@@ -102,6 +102,16 @@ fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
         }
     }
     Ok(())
+}
+
+/// The label of the record under `key` as `kv` itself stores it (`KvRead::record_label`
+/// without a memo).
+fn stored_label<R: KvRead + ?Sized>(
+    kv: &R,
+    key: &[u8],
+    decode: &dyn Fn(&[u8]) -> Result<String>,
+) -> Result<Option<String>> {
+    kv.get(key)?.map(|v| decode(&v)).transpose()
 }
 
 /// One commit group's writes, durable in the redo log and visible to readers, kept in memory
@@ -315,7 +325,7 @@ impl KvRead for Snapshot {
         key: &[u8],
         decode: &dyn Fn(&[u8]) -> Result<String>,
     ) -> Result<Option<String>> {
-        let read = || self.get(key)?.map(|v| decode(&v)).transpose();
+        let read = || stored_label(self, key, decode);
         match &self.memo {
             Some(m) => m.label(self.seq(), key, &read),
             None => read(),

@@ -484,7 +484,12 @@ impl KeyMemo {
 
     /// The slot of a node domain (keyspace, tenant, kind and node); only when enabled.
     fn node_slot(&self, node: &[u8]) -> &AtomicU64 {
-        &self.nodes[hash_bytes(node) as usize & (self.nodes.len() - 1)]
+        self.slot_of_hash(hash_bytes(node))
+    }
+
+    /// The node slot of a domain whose `hash_bytes` is `h`.
+    fn slot_of_hash(&self, h: u64) -> &AtomicU64 {
+        &self.nodes[h as usize & (self.nodes.len() - 1)]
     }
 
     /// The sequence of the last noted batch that wrote into the domain of the run `prefix`.
@@ -687,11 +692,11 @@ impl KeyMemo {
             return read();
         }
         // Read after the snapshot was taken (see the module comment).
-        let m = self.node_slot(key).load(Ordering::Acquire);
+        let h = hash_bytes(key);
+        let m = self.slot_of_hash(h).load(Ordering::Acquire);
         if m > seq {
             return read();
         }
-        let h = hash_bytes(key);
         let shard = &self.labels[shard_of(h)].0;
         if let Some(l) = shard
             .read()

@@ -563,7 +563,9 @@ struct Reads<'a, R: KvRead> {
     t: u64,
     w: &'a Walker<'a, R>,
     /// (record, taken as the source) -> whether it passes that side's selector, and its label.
-    sides: HashMap<(Uuid, bool), Option<(bool, String)>>,
+    sides: HashMap<(Uuid, bool), Option<(bool, Label)>>,
+    /// The endpoints' labels, shared.
+    labels: Strings,
     /// Endpoint records read for `RelCond::SourceRecord` / `TargetRecord`.
     records: HashMap<Uuid, Option<Record>>,
 }
@@ -612,6 +614,30 @@ impl RelCond {
             RelCond::TargetRecord(f) => ends.record_passes(c.target.0, f)?,
             RelCond::Props(f) => f.eval(c.probe, &NoGraph),
         })
+    }
+}
+
+/// A label or type in an answer's relationships: one allocation per distinct string
+/// (`Strings`).
+type Label = Arc<str>;
+
+/// Shares equal strings among the relationships of an answer: its types and labels mostly
+/// repeat, so each distinct one is allocated once (up to `Strings::KEPT` of them).
+#[derive(Default)]
+struct Strings(Vec<Label>);
+
+impl Strings {
+    const KEPT: usize = 8;
+
+    fn get(&mut self, s: &str) -> Label {
+        if let Some(a) = self.0.iter().find(|a| ***a == *s) {
+            return a.clone();
+        }
+        let a: Label = s.into();
+        if self.0.len() < Self::KEPT {
+            self.0.push(a.clone());
+        }
+        a
     }
 }
 
@@ -840,8 +866,8 @@ impl RelSpec {
         reads: &mut Reads<'_, R>,
         id: &Uuid,
         is_source: bool,
-        known: Option<&str>,
-    ) -> Result<Option<String>> {
+        known: Option<&Label>,
+    ) -> Result<Option<Label>> {
         let (labels, f) = if is_source {
             (&self.source_labels, &self.source)
         } else {
@@ -849,7 +875,7 @@ impl RelSpec {
         };
         let label_ok = |l: &str| labels.as_ref().is_none_or(|ls| ls.iter().any(|x| x == l));
         if let (Some(label), Filter::True) = (known, f) {
-            return Ok(label_ok(label).then(|| label.to_string()));
+            return Ok(label_ok(label).then(|| label.clone()));
         }
         if let Some(hit) = reads.sides.get(&(*id, is_source)) {
             return Ok(hit.as_ref().filter(|(ok, _)| *ok).map(|(_, l)| l.clone()));
@@ -857,10 +883,12 @@ impl RelSpec {
         // Without a filter on this side only the label is needed.
         let (kv, t, w) = (reads.kv, reads.t, reads.w);
         let res = if matches!(f, Filter::True) {
-            rstore::get_label(kv, t, id)?.map(|l| (label_ok(&l), l))
+            rstore::get_label(kv, t, id)?.map(|l| (label_ok(&l), reads.labels.get(&l)))
         } else {
-            rstore::get_record(kv, t, id)?
-                .map(|r| (label_ok(&r.label) && exec::matches(&[], f, w, &r), r.label))
+            rstore::get_record(kv, t, id)?.map(|r| {
+                let ok = label_ok(&r.label) && exec::matches(&[], f, w, &r);
+                (ok, reads.labels.get(&r.label))
+            })
         };
         w.finish()?;
         reads.sides.insert((*id, is_source), res.clone());
@@ -877,8 +905,8 @@ impl RelSpec {
         ends: &(Uuid, Uuid),
         probe: &Record,
         swapped: bool,
-        known: Option<(&str, &str)>,
-    ) -> Result<Option<(String, String)>> {
+        known: Option<(&Label, &Label)>,
+    ) -> Result<Option<(Label, Label)>> {
         let ((a, ka), (b, kb)) = {
             let s = (&ends.0, known.map(|k| k.0));
             let g = (&ends.1, known.map(|k| k.1));
@@ -913,12 +941,64 @@ impl RelSpec {
         self.record
     }
 
+    /// Whether the query is a record's whole listing, ordered by id: nothing narrows it (a
+    /// direction without side selectors narrows nothing either: every relationship then
+    /// matches in its stored orientation), so the page is chosen by the adjacency keys alone.
+    fn is_listing(&self) -> bool {
+        self.record.is_some()
+            && self.types.is_none()
+            && self.source_labels.is_none()
+            && self.target_labels.is_none()
+            && matches!(self.source, Filter::True)
+            && matches!(self.target, Filter::True)
+            && matches!(self.props, Filter::True)
+            && self.cond.is_none()
+            && order::id_order(&self.order).is_some()
+    }
+
+    /// A record's listing (`is_listing`): its relationships in id order, only the page's
+    /// values decoded.
+    fn listing_page(
+        &self,
+        edges: &rels::NodeEdges,
+        label: &str,
+    ) -> Result<(Vec<render::RelationshipView>, u64)> {
+        let mut at: Vec<&rels::EdgeRef> = edges.entries().iter().collect();
+        match order::id_order(&self.order) {
+            Some(false) => at.sort_unstable_by_key(|e| e.id.as_u128()),
+            _ => at.sort_unstable_by_key(|e| std::cmp::Reverse(e.id.as_u128())),
+        }
+        let own: Label = label.into();
+        let (mut labels, mut types) = (Strings::default(), Strings::default());
+        let on_page = at.len().saturating_sub(self.offset).min(self.limit);
+        let mut page = Vec::with_capacity(on_page);
+        for e in at.into_iter().skip(self.offset).take(on_page) {
+            let v = edges.view(e)?;
+            let other = labels.get(v.other_label);
+            let (source, target) = e.ends(edges.node());
+            let (source_label, target_label) = match e.dir {
+                Direction::Out => (own.clone(), other),
+                Direction::In => (other, own.clone()),
+            };
+            page.push(render::RelationshipView {
+                id: e.id,
+                source,
+                target,
+                rel_type: types.get(v.rel_type),
+                props: v.props()?,
+                source_label,
+                target_label,
+            });
+        }
+        Ok((page, edges.entries().len() as u64))
+    }
+
     /// `edges`: the record's relationships when the caller already listed them.
     pub(super) fn run<R: KvRead>(
         &self,
         kv: &R,
         t: u64,
-        edges: Option<Vec<rels::Adjacent>>,
+        edges: Option<rels::NodeEdges>,
     ) -> Result<(Vec<render::RelationshipView>, u64)> {
         let w = Walker::new(kv, t);
         let mut reads = Reads {
@@ -926,13 +1006,14 @@ impl RelSpec {
             t,
             w: &w,
             sides: HashMap::new(),
+            labels: Strings::default(),
             records: HashMap::new(),
         };
         // (the relationship as a record, source label, target label, (source, target)).
-        let mut hits: Vec<(Record, String, String, (Uuid, Uuid))> = Vec::new();
+        let mut hits: Vec<(Record, Label, Label, (Uuid, Uuid))> = Vec::new();
         // `known`: the endpoints' (source, target) labels, when the caller has them.
         let mut consider = |rel: Relationship,
-                            known: Option<(&str, &str)>,
+                            known: Option<(&Label, &Label)>,
                             reads: &mut Reads<'_, R>|
          -> Result<()> {
             if let Some(types) = &self.types {
@@ -971,13 +1052,19 @@ impl RelSpec {
                     .ok_or_else(|| Error::not_found(format!("record {id} not found")))?;
                 let edges = match edges {
                     Some(e) => e,
-                    None => rels::node_edges(kv, t, &id)?,
+                    None => rels::node_edges_below(kv, t, &id, usize::MAX)?.unwrap_or_default(),
                 };
+                if self.is_listing() {
+                    return self.listing_page(&edges, &label);
+                }
                 // Each adjacency value carries the relationship and its other end's label.
-                for a in edges {
+                let own = reads.labels.get(&label);
+                for e in edges.entries() {
+                    let a = edges.adjacent(e)?;
+                    let other = reads.labels.get(&a.other_label);
                     let known = match a.dir {
-                        Direction::Out => (label.as_str(), a.other_label.as_str()),
-                        Direction::In => (a.other_label.as_str(), label.as_str()),
+                        Direction::Out => (&own, &other),
+                        Direction::In => (&other, &own),
                     };
                     consider(a.rel, Some(known), &mut reads)?;
                 }
@@ -990,6 +1077,7 @@ impl RelSpec {
         let total = hits.len() as u64;
         let at = order::sorted_positions(&self.order, hits.len(), |i| &hits[i].0);
         let mut hits: Vec<Option<_>> = hits.into_iter().map(Some).collect();
+        let mut types = Strings::default();
         let page = at
             .into_iter()
             .skip(self.offset)
@@ -997,15 +1085,11 @@ impl RelSpec {
             .filter_map(|i| hits[i].take())
             .map(
                 |(probe, source_label, target_label, (source, target))| render::RelationshipView {
-                    rel: Relationship {
-                        id: probe.id,
-                        row: probe.row,
-                        version: probe.version,
-                        rel_type: probe.label,
-                        source,
-                        target,
-                        props: probe.props,
-                    },
+                    id: probe.id,
+                    source,
+                    target,
+                    rel_type: types.get(&probe.label),
+                    props: probe.props,
                     source_label,
                     target_label,
                 },

@@ -642,9 +642,9 @@ impl Engine {
                             None => page
                                 .iter()
                                 .map(|v| AdjScope::Triple {
-                                    source: v.rel.source,
-                                    target: v.rel.target,
-                                    rel_type: v.rel.rel_type.clone(),
+                                    source: v.source,
+                                    target: v.target,
+                                    rel_type: v.rel_type.to_string(),
                                 })
                                 .collect(),
                         };

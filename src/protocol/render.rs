@@ -3,11 +3,12 @@
 use super::PROTOCOL_VERSION;
 use crate::engine::Outcome;
 use crate::error::Error;
-use crate::model::{Record, Relationship};
+use crate::model::Record;
 use crate::store::records::PropertyInfo;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
 /// Serializes a record in the Protocol v1 shape `{id, label, properties, propertyTypes}`,
 /// straight to the output (no intermediate JSON tree).
@@ -74,13 +75,6 @@ pub fn uuid_text(id: &uuid::Uuid) -> [u8; 36] {
         at += 2;
     }
     s
-}
-
-/// Appends `"id"`: a uuid needs no escaping.
-fn put_uuid(out: &mut Vec<u8>, id: &uuid::Uuid) {
-    out.push(b'"');
-    out.extend_from_slice(&uuid_text(id));
-    out.push(b'"');
 }
 
 /// Appends a record as flat REST JSON: SPEC.md keys plus the system keys SDKs read. A user
@@ -221,12 +215,17 @@ pub fn property(p: &PropertyInfo) -> Value {
 
 /// A relationship with its endpoints' labels. Serializes as BEHAVIOUR.md §3's relationship
 /// JSON `{id, sourceId, sourceLabel, targetId, targetLabel, type, properties}`, in its stored
-/// orientation, straight to the output (no intermediate JSON tree).
+/// orientation, straight to the output (no intermediate JSON tree). Labels and the type are
+/// shared strings: a page's relationships mostly repeat a few of each.
 #[derive(Debug, Clone)]
 pub struct RelationshipView {
-    pub rel: Relationship,
-    pub source_label: String,
-    pub target_label: String,
+    pub id: uuid::Uuid,
+    pub source: uuid::Uuid,
+    pub target: uuid::Uuid,
+    pub rel_type: Arc<str>,
+    pub props: std::collections::BTreeMap<String, crate::model::PropValue>,
+    pub source_label: Arc<str>,
+    pub target_label: Arc<str>,
 }
 
 /// Appends a relationship as BEHAVIOUR.md §3's JSON, written straight to bytes as serde_json
@@ -234,22 +233,23 @@ pub struct RelationshipView {
 /// byte-by-byte escaping of the three ids, labels and type was ~20% of the instructions of
 /// a point expansion.
 pub fn write_relationship(out: &mut Vec<u8>, v: &RelationshipView) {
-    let r = &v.rel;
-    let id = |out: &mut Vec<u8>, key: &[u8], id: &uuid::Uuid| {
-        out.extend_from_slice(key);
-        put_uuid(out, id);
-    };
-    id(out, b"{\"id\":", &r.id);
-    id(out, b",\"sourceId\":", &r.source);
-    out.extend_from_slice(b",\"sourceLabel\":");
+    // One reservation for all but escapes and properties: keys and punctuation, three ids,
+    // two labels and the type.
+    out.reserve(97 + 3 * 36 + v.source_label.len() + v.target_label.len() + v.rel_type.len());
+    out.extend_from_slice(b"{\"id\":\"");
+    out.extend_from_slice(&uuid_text(&v.id));
+    out.extend_from_slice(b"\",\"sourceId\":\"");
+    out.extend_from_slice(&uuid_text(&v.source));
+    out.extend_from_slice(b"\",\"sourceLabel\":");
     put_str(out, &v.source_label);
-    id(out, b",\"targetId\":", &r.target);
-    out.extend_from_slice(b",\"targetLabel\":");
+    out.extend_from_slice(b",\"targetId\":\"");
+    out.extend_from_slice(&uuid_text(&v.target));
+    out.extend_from_slice(b"\",\"targetLabel\":");
     put_str(out, &v.target_label);
     out.extend_from_slice(b",\"type\":");
-    put_str(out, &r.rel_type);
+    put_str(out, &v.rel_type);
     out.extend_from_slice(b",\"properties\":{");
-    put_entries(out, &r.props, put_value);
+    put_entries(out, &v.props, put_value);
     out.extend_from_slice(b"}}");
 }
 
@@ -260,16 +260,15 @@ pub fn write_relationship_list(out: &mut Vec<u8>, rels: &[RelationshipView]) {
 
 impl Serialize for RelationshipView {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let r = &self.rel;
         let mut buf = uuid::Uuid::encode_buffer();
         let mut m = s.serialize_map(Some(7))?;
-        m.serialize_entry("id", r.id.hyphenated().encode_lower(&mut buf))?;
-        m.serialize_entry("sourceId", r.source.hyphenated().encode_lower(&mut buf))?;
-        m.serialize_entry("sourceLabel", &self.source_label)?;
-        m.serialize_entry("targetId", r.target.hyphenated().encode_lower(&mut buf))?;
-        m.serialize_entry("targetLabel", &self.target_label)?;
-        m.serialize_entry("type", &r.rel_type)?;
-        m.serialize_entry("properties", &r.props)?;
+        m.serialize_entry("id", self.id.hyphenated().encode_lower(&mut buf))?;
+        m.serialize_entry("sourceId", self.source.hyphenated().encode_lower(&mut buf))?;
+        m.serialize_entry("sourceLabel", &*self.source_label)?;
+        m.serialize_entry("targetId", self.target.hyphenated().encode_lower(&mut buf))?;
+        m.serialize_entry("targetLabel", &*self.target_label)?;
+        m.serialize_entry("type", &*self.rel_type)?;
+        m.serialize_entry("properties", &self.props)?;
         m.end()
     }
 }
@@ -446,6 +445,26 @@ mod tests {
     }
 
     #[test]
+    fn needs_escape_is_what_serde_json_escapes() {
+        // Every ASCII byte (and a multi-byte character) at every position of strings up to
+        // 19 bytes: short strings (widened to eight bytes), whole words and the overlap.
+        let mut cases: Vec<String> = Vec::new();
+        for len in 1..20 {
+            for at in 0..len {
+                for c in (0u8..128).map(char::from).chain(['é']) {
+                    let mut s: String = "a".repeat(len - 1);
+                    s.insert(at, c);
+                    cases.push(s);
+                }
+            }
+        }
+        for s in cases {
+            let escaped = serde_json::to_string(&s).unwrap() != format!("\"{s}\"");
+            assert_eq!(needs_escape(s.as_bytes()), escaped, "{s:?}");
+        }
+    }
+
+    #[test]
     fn uuid_text_is_the_hyphenated_form() {
         let mut ids = vec![uuid::Uuid::nil(), uuid::Uuid::max()];
         ids.extend((0..200).map(|_| uuid::Uuid::now_v7()));
@@ -574,21 +593,17 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, r)| RelationshipView {
-                rel: Relationship {
-                    id: uuid::Uuid::now_v7(),
-                    row: i as u64,
-                    version: 1,
-                    rel_type: texts[(i + 1) % texts.len()].clone(),
-                    source: r.id,
-                    target: uuid::Uuid::now_v7(),
-                    props: if i % 5 == 0 {
-                        Default::default()
-                    } else {
-                        r.props.clone()
-                    },
+                id: uuid::Uuid::now_v7(),
+                source: r.id,
+                target: uuid::Uuid::now_v7(),
+                rel_type: texts[(i + 1) % texts.len()].as_str().into(),
+                props: if i % 5 == 0 {
+                    Default::default()
+                } else {
+                    r.props.clone()
                 },
-                source_label: r.label.clone(),
-                target_label: texts[(i + 2) % texts.len()].clone(),
+                source_label: r.label.as_str().into(),
+                target_label: texts[(i + 2) % texts.len()].as_str().into(),
             })
             .collect();
         for v in &views {

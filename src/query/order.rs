@@ -130,6 +130,16 @@ pub fn by_id_only(order: &[OrderKey]) -> Option<bool> {
     }
 }
 
+/// When ids alone decide the order, whether it is descending: no keys (id descending,
+/// `compare`'s tie-break) or the id first. None when a property comes first.
+pub fn id_order(keys: &[OrderKey]) -> Option<bool> {
+    if keys.is_empty() {
+        Some(true)
+    } else {
+        by_id_only(keys)
+    }
+}
+
 /// The positions `0..n` in the order `compare` gives the records `rec(i)`; positions, since
 /// what they index may be large to move.
 pub fn sorted_positions<'a>(
@@ -138,13 +148,7 @@ pub fn sorted_positions<'a>(
     rec: impl Fn(usize) -> &'a Record,
 ) -> Vec<usize> {
     let mut at: Vec<usize> = (0..n).collect();
-    // No order is id descending (`compare`'s tie-break).
-    let by_id = if keys.is_empty() {
-        Some(true)
-    } else {
-        by_id_only(keys)
-    };
-    match by_id {
+    match id_order(keys) {
         Some(true) => at.sort_unstable_by_key(|&i| std::cmp::Reverse(rec(i).id.as_u128())),
         Some(false) => at.sort_unstable_by_key(|&i| rec(i).id.as_u128()),
         None => at.sort_unstable_by(|&a, &b| compare(keys, rec(a), rec(b))),

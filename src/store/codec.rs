@@ -76,7 +76,17 @@ impl<'a> Reader<'a> {
         self.take(n)
     }
     fn string(&mut self) -> Result<String> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| corrupt("utf-8"))
+        self.str().map(str::to_string)
+    }
+    /// A length-prefixed string, borrowed from the value. Labels, types and names are mostly
+    /// short ASCII, which `is_ascii` checks in fewer instructions than `from_utf8`.
+    fn str(&mut self) -> Result<&'a str> {
+        let b = self.bytes()?;
+        if b.is_ascii() {
+            // SAFETY: ASCII bytes are valid UTF-8.
+            return Ok(unsafe { std::str::from_utf8_unchecked(b) });
+        }
+        std::str::from_utf8(b).map_err(|_| corrupt("utf-8"))
     }
 }
 
@@ -204,6 +214,17 @@ pub fn decode_record_fields(id: Uuid, b: &[u8], wanted: Option<&[&str]>) -> Resu
     let row = r.u64()?;
     let version = r.u64()?;
     let label = r.string()?;
+    Ok(Record {
+        id,
+        label,
+        row,
+        version,
+        props: read_props(&mut r, wanted)?,
+    })
+}
+
+/// The properties of the record layout (from their count on), only the `wanted` ones.
+fn read_props(r: &mut Reader, wanted: Option<&[&str]>) -> Result<BTreeMap<String, PropValue>> {
     let n = r.varint()?;
     let mut props = BTreeMap::new();
     for _ in 0..n {
@@ -216,23 +237,17 @@ pub fn decode_record_fields(id: Uuid, b: &[u8], wanted: Option<&[&str]>) -> Resu
             Some(w) => w.iter().any(|f| short_eq(f.as_bytes(), name)),
         };
         if !keep {
-            skip_elems(&mut r, ty, count)?;
+            skip_elems(r, ty, count)?;
             continue;
         }
         let name = String::from_utf8(name.to_vec()).map_err(|_| corrupt("utf-8"))?;
         let mut items = Vec::with_capacity(count.min(1024) as usize);
         for _ in 0..count {
-            items.push(read_elem(&mut r, ty)?.to_owned());
+            items.push(read_elem(r, ty)?.to_owned());
         }
         props.insert(name, PropValue { ty, array, items });
     }
-    Ok(Record {
-        id,
-        label,
-        row,
-        version,
-        props,
-    })
+    Ok(props)
 }
 
 /// One scalar of an encoded record, borrowed from the value bytes.
@@ -417,6 +432,41 @@ pub fn encode_adjacency(other_label: &str, rel: &Relationship) -> Vec<u8> {
     out
 }
 
+/// An adjacency value read in place: the other end's label, the relationship's row, version
+/// and type borrowed from the value; its properties decoded only when asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct AdjacencyView<'a> {
+    pub other_label: &'a str,
+    pub row: u64,
+    pub version: u64,
+    pub rel_type: &'a str,
+    /// The record layout's properties, from their count on.
+    props: &'a [u8],
+}
+
+impl AdjacencyView<'_> {
+    pub fn props(&self) -> Result<BTreeMap<String, PropValue>> {
+        read_props(&mut Reader { b: self.props }, None)
+    }
+}
+
+pub fn adjacency_view(b: &[u8]) -> Result<AdjacencyView<'_>> {
+    let mut r = Reader { b };
+    check_format(&mut r)?;
+    let other_label = r.str()?;
+    check_format(&mut r)?;
+    let row = r.u64()?;
+    let version = r.u64()?;
+    let rel_type = r.str()?;
+    Ok(AdjacencyView {
+        other_label,
+        row,
+        version,
+        rel_type,
+        props: r.b,
+    })
+}
+
 /// An adjacency value: the other end's label and the relationship (`source` and `target`
 /// come from the key).
 pub fn decode_adjacency(
@@ -425,10 +475,17 @@ pub fn decode_adjacency(
     target: Uuid,
     b: &[u8],
 ) -> Result<(String, Relationship)> {
-    let mut r = Reader { b };
-    check_format(&mut r)?;
-    let label = r.string()?;
-    Ok((label, relationship_from_body(id, source, target, r.b)?))
+    let v = adjacency_view(b)?;
+    let rel = Relationship {
+        id,
+        row: v.row,
+        version: v.version,
+        rel_type: v.rel_type.to_string(),
+        source,
+        target,
+        props: v.props()?,
+    };
+    Ok((v.other_label.to_string(), rel))
 }
 
 #[cfg(test)]

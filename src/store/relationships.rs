@@ -294,7 +294,72 @@ pub fn adjacency_digest<R: KvRead + ?Sized>(kv: &R, tenant: u64, scope: &AdjScop
 
 /// Every relationship of `node`, once each (a self-loop has two adjacency entries).
 pub fn node_edges<R: KvRead + ?Sized>(kv: &R, tenant: u64, node: &Uuid) -> Result<Vec<Adjacent>> {
-    Ok(node_edges_below(kv, tenant, node, usize::MAX)?.unwrap_or_default())
+    let edges = node_edges_below(kv, tenant, node, usize::MAX)?.unwrap_or_default();
+    edges.entries().iter().map(|e| edges.adjacent(e)).collect()
+}
+
+/// One relationship of a `NodeEdges` listing: what its adjacency key holds.
+#[derive(Debug, Clone, Copy)]
+pub struct EdgeRef {
+    /// The relationship's id.
+    pub id: Uuid,
+    /// `Out`: (node)-[rel]->(other).
+    pub dir: Direction,
+    pub other: Uuid,
+    /// Its value's place in `NodeEdges::values`.
+    at: u32,
+    len: u32,
+}
+
+impl EdgeRef {
+    /// (source, target) of the relationship, seen from `node`.
+    pub fn ends(&self, node: &Uuid) -> (Uuid, Uuid) {
+        match self.dir {
+            Direction::Out => (*node, self.other),
+            Direction::In => (self.other, *node),
+        }
+    }
+}
+
+/// The relationships of one record as its adjacency entries hold them, each once (a
+/// self-loop's second entry is left out), in key order; values kept as stored, so a listing
+/// orders and pages by the keys and decodes only the page.
+#[derive(Debug, Default)]
+pub struct NodeEdges {
+    node: Uuid,
+    entries: Vec<EdgeRef>,
+    /// The entries' values, one after another.
+    values: Vec<u8>,
+}
+
+impl NodeEdges {
+    pub fn node(&self) -> &Uuid {
+        &self.node
+    }
+
+    pub fn entries(&self) -> &[EdgeRef] {
+        &self.entries
+    }
+
+    /// The entry's value, read in place.
+    pub fn view(&self, e: &EdgeRef) -> Result<codec::AdjacencyView<'_>> {
+        let at = e.at as usize;
+        codec::adjacency_view(&self.values[at..at + e.len as usize])
+    }
+
+    /// The entry decoded whole.
+    pub fn adjacent(&self, e: &EdgeRef) -> Result<Adjacent> {
+        let (source, target) = e.ends(&self.node);
+        let at = e.at as usize;
+        let value = &self.values[at..at + e.len as usize];
+        let (other_label, rel) = codec::decode_adjacency(e.id, source, target, value)?;
+        Ok(Adjacent {
+            dir: e.dir,
+            other: e.other,
+            rel,
+            other_label,
+        })
+    }
 }
 
 /// Every relationship of `node` when it has fewer than `cap` adjacency entries; None (after
@@ -304,17 +369,39 @@ pub fn node_edges_below<R: KvRead + ?Sized>(
     tenant: u64,
     node: &Uuid,
     cap: usize,
-) -> Result<Option<Vec<Adjacent>>> {
+) -> Result<Option<NodeEdges>> {
     // Only a self-loop has two entries under its node: those alone are deduplicated.
-    let (mut out, mut loops, mut entries) = (Vec::new(), IdSet::default(), 0);
-    adjacent(kv, tenant, node, &EdgeFilter::default(), &mut |a| {
-        entries += 1;
-        if a.other != *node || loops.insert(a.rel.id) {
-            out.push(a);
-        }
-        Ok(entries < cap)
-    })?;
-    Ok((entries < cap).then_some(out))
+    // Room for a modest degree up front (a listing's values are ~60 bytes each).
+    let mut out = NodeEdges {
+        node: *node,
+        entries: Vec::with_capacity(16),
+        values: Vec::with_capacity(1024),
+    };
+    let (mut loops, mut seen) = (IdSet::default(), 0);
+    scan_adjacency(
+        kv,
+        tenant,
+        node,
+        &EdgeFilter::default(),
+        false,
+        &mut |k, v| {
+            seen += 1;
+            let (dir, other, id) = edge_ends(k)?;
+            if other != *node || loops.insert(id) {
+                let too_long = || Error::internal("adjacency listing over 4 GiB");
+                out.entries.push(EdgeRef {
+                    id,
+                    dir,
+                    other,
+                    at: u32::try_from(out.values.len()).map_err(|_| too_long())?,
+                    len: u32::try_from(v.len()).map_err(|_| too_long())?,
+                });
+                out.values.extend_from_slice(v);
+            }
+            Ok(seen < cap)
+        },
+    )?;
+    Ok((seen < cap).then_some(out))
 }
 
 /// (source label, type, target label, count), in key order.

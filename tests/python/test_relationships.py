@@ -797,3 +797,47 @@ def test_relationship_search_keys_compose_under_logical_operators(api, shop):
         r = api.post("/api/v1/relationships/search", body)
         assert_rest_error(r, 400, "invalid_argument", message_contains=[where])
     assert rel_search(api, {"labels": []})["total"] == len(everything)
+
+
+def test_a_record_listing_pages_as_the_search_of_all_relationships_does(api):
+    """A record's whole listing is paged by its adjacency keys and decodes only the page
+    (docs/design.md "Relationships"); a narrowed listing and a search take the general path.
+    Both must give the relationships, labels, properties and order the search of every
+    relationship gives: out and in, two types, properties on some, a self-loop (listed once),
+    neighbours of two labels, ids ascending and descending, every page."""
+    hub = api.create(unique("Hub"), {"n": 0})
+    la, lb = unique("NA"), unique("NB")
+    na = [api.create(la, {"n": i}) for i in range(4)]
+    nb = [api.create(lb, {"n": i}) for i in range(3)]
+    t1, t2 = unique("T1"), unique("T2")
+    link = lambda src, dst, ty, props=None: api.protocol({"kind": "mutate", "mutation": {  # noqa: E731
+        "kind": "linkRecordsById", "command": {"relationType": ty, "sourceIds": [src], "targetIds": [dst],
+                                               **({"properties": props} if props else {})}}})
+    for i, x in enumerate(na):
+        assert link(hub, x, t1, {"w": i, "tag": f"q\"{i}"} if i % 2 else None).status_code == 200
+    for i, x in enumerate(nb):
+        assert link(x, hub, t2, {"at": [i, i + 1]}).status_code == 200
+    assert link(na[0], hub, t2).status_code == 200
+    assert link(hub, hub, t1, {"loop": True}).status_code == 200
+    every = [r for r in all_relationships(api) if hub in (r["sourceId"], r["targetId"])]
+    assert len(every) == 9
+    desc = sorted(every, key=lambda r: r["id"], reverse=True)
+
+    def query(order=None, narrowed=False, skip=0, limit=1000):
+        q = {"recordId": hub, "offset": skip, "limit": limit}
+        if order:
+            q["order"] = order
+        if narrowed:  # a where that keeps every relationship takes the general path
+            q["where"] = {"type": {"$in": [t1, t2]}}
+        r = api.protocol({"kind": "query", "query": {"kind": "relationships", "query": q}})
+        assert r.status_code == 200, r.text
+        resp = r.json()["response"]
+        return resp["relationships"], resp["total"]
+
+    for skip, limit in ((0, 1000), (0, 4), (4, 4), (8, 4), (9, 2), (3, 1)):
+        page = rels_of(api, hub, skip=skip, limit=limit)
+        assert page["total"] == 9 and page["data"] == desc[skip:skip + limit], (skip, limit)
+        for narrowed in (False, True):
+            assert query(narrowed=narrowed, skip=skip, limit=limit) == (desc[skip:skip + limit], 9)
+            asc = desc[::-1][skip:skip + limit]
+            assert query({"id": "asc"}, narrowed, skip, limit) == (asc, 9), (skip, limit, narrowed)

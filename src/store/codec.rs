@@ -210,17 +210,20 @@ fn put_record(
 /// keys read a few fields; skipping the rest keeps scans cheap.
 pub fn decode_record_fields(id: Uuid, b: &[u8], wanted: Option<&[&str]>) -> Result<Record> {
     let mut r = Reader { b };
-    check_format(&mut r)?;
-    let row = r.u64()?;
-    let version = r.u64()?;
-    let label = r.string()?;
+    let (row, version, label) = record_head(&mut r)?;
     Ok(Record {
         id,
-        label,
+        label: label.to_string(),
         row,
         version,
         props: read_props(&mut r, wanted)?,
     })
+}
+
+/// The record layout's head: format, row, version and label (borrowed).
+fn record_head<'a>(r: &mut Reader<'a>) -> Result<(u64, u64, &'a str)> {
+    check_format(r)?;
+    Ok((r.u64()?, r.u64()?, r.str()?))
 }
 
 /// The properties of the record layout (from their count on), only the `wanted` ones.
@@ -454,10 +457,7 @@ pub fn adjacency_view(b: &[u8]) -> Result<AdjacencyView<'_>> {
     let mut r = Reader { b };
     check_format(&mut r)?;
     let other_label = r.str()?;
-    check_format(&mut r)?;
-    let row = r.u64()?;
-    let version = r.u64()?;
-    let rel_type = r.str()?;
+    let (row, version, rel_type) = record_head(&mut r)?;
     Ok(AdjacencyView {
         other_label,
         row,

@@ -222,10 +222,7 @@ pub fn adjacent<R: KvRead + ?Sized>(
 ) -> Result<()> {
     scan_adjacency(kv, tenant, node, f, false, &mut |k, v| {
         let (dir, other, id) = edge_ends(k)?;
-        let (source, target) = match dir {
-            Direction::Out => (*node, other),
-            Direction::In => (other, *node),
-        };
+        let (source, target) = ends(node, dir, other);
         let (other_label, rel) = codec::decode_adjacency(id, source, target, v)?;
         visit(Adjacent {
             dir,
@@ -314,10 +311,15 @@ pub struct EdgeRef {
 impl EdgeRef {
     /// (source, target) of the relationship, seen from `node`.
     pub fn ends(&self, node: &Uuid) -> (Uuid, Uuid) {
-        match self.dir {
-            Direction::Out => (*node, self.other),
-            Direction::In => (self.other, *node),
-        }
+        ends(node, self.dir, self.other)
+    }
+}
+
+/// (source, target) of an edge of `node` in direction `dir` to `other`.
+fn ends(node: &Uuid, dir: Direction, other: Uuid) -> (Uuid, Uuid) {
+    match dir {
+        Direction::Out => (*node, other),
+        Direction::In => (other, *node),
     }
 }
 

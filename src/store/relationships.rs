@@ -343,18 +343,20 @@ impl NodeEdges {
         &self.entries
     }
 
+    fn value(&self, e: &EdgeRef) -> &[u8] {
+        let at = e.at as usize;
+        &self.values[at..at + e.len as usize]
+    }
+
     /// The entry's value, read in place.
     pub fn view(&self, e: &EdgeRef) -> Result<codec::AdjacencyView<'_>> {
-        let at = e.at as usize;
-        codec::adjacency_view(&self.values[at..at + e.len as usize])
+        codec::adjacency_view(self.value(e))
     }
 
     /// The entry decoded whole.
     pub fn adjacent(&self, e: &EdgeRef) -> Result<Adjacent> {
         let (source, target) = e.ends(&self.node);
-        let at = e.at as usize;
-        let value = &self.values[at..at + e.len as usize];
-        let (other_label, rel) = codec::decode_adjacency(e.id, source, target, value)?;
+        let (other_label, rel) = codec::decode_adjacency(e.id, source, target, self.value(e))?;
         Ok(Adjacent {
             dir: e.dir,
             other: e.other,

@@ -375,6 +375,14 @@ impl Direction {
             ))),
         }
     }
+    /// (source, target) of an edge in this direction from `this` end to `other`: `Out` is
+    /// (this)-[]->(other). Also for anything carried per end (labels).
+    pub fn orient<T>(self, this: T, other: T) -> (T, T) {
+        match self {
+            Direction::Out => (this, other),
+            Direction::In => (other, this),
+        }
+    }
     pub fn reverse(self) -> Direction {
         match self {
             Direction::Out => Direction::In,

@@ -173,10 +173,7 @@ impl Engine {
         let mut ops = Vec::with_capacity(sources.len() * targets.len());
         for s in &sources {
             for t in &targets {
-                let (source, target) = match dir {
-                    Direction::Out => (*s, *t),
-                    Direction::In => (*t, *s),
-                };
+                let (source, target) = dir.orient(*s, *t);
                 ops.push(WriteOp::Link(LinkRel {
                     id: Uuid::now_v7(),
                     seen: None,
@@ -288,10 +285,8 @@ impl Engine {
             pairs
                 .into_iter()
                 .map(|(s, g)| {
-                    let (source, target, seen) = match dir {
-                        Direction::Out => (s, g, (sl.clone(), gl.clone())),
-                        Direction::In => (g, s, (gl.clone(), sl.clone())),
-                    };
+                    let (source, target) = dir.orient(s, g);
+                    let seen = dir.orient(sl.clone(), gl.clone());
                     WriteOp::Link(LinkRel {
                         id: Uuid::now_v7(),
                         seen: Some(SeenLabels {
@@ -976,10 +971,7 @@ impl RelSpec {
             let v = edges.view(e)?;
             let other = labels.get(v.other_label);
             let (source, target) = e.ends(edges.node());
-            let (source_label, target_label) = match e.dir {
-                Direction::Out => (own.clone(), other),
-                Direction::In => (other, own.clone()),
-            };
+            let (source_label, target_label) = e.dir.orient(own.clone(), other);
             page.push(render::RelationshipView {
                 id: e.id,
                 source,
@@ -1062,10 +1054,7 @@ impl RelSpec {
                 for e in edges.entries() {
                     let a = edges.adjacent(e)?;
                     let other = reads.labels.get(&a.other_label);
-                    let known = match a.dir {
-                        Direction::Out => (&own, &other),
-                        Direction::In => (&other, &own),
-                    };
+                    let known = a.dir.orient(&own, &other);
                     consider(a.rel, Some(known), &mut reads)?;
                 }
             }

@@ -222,7 +222,7 @@ pub fn adjacent<R: KvRead + ?Sized>(
 ) -> Result<()> {
     scan_adjacency(kv, tenant, node, f, false, &mut |k, v| {
         let (dir, other, id) = edge_ends(k)?;
-        let (source, target) = ends(node, dir, other);
+        let (source, target) = dir.orient(*node, other);
         let (other_label, rel) = codec::decode_adjacency(id, source, target, v)?;
         visit(Adjacent {
             dir,
@@ -311,15 +311,7 @@ pub struct EdgeRef {
 impl EdgeRef {
     /// (source, target) of the relationship, seen from `node`.
     pub fn ends(&self, node: &Uuid) -> (Uuid, Uuid) {
-        ends(node, self.dir, self.other)
-    }
-}
-
-/// (source, target) of an edge of `node` in direction `dir` to `other`.
-fn ends(node: &Uuid, dir: Direction, other: Uuid) -> (Uuid, Uuid) {
-    match dir {
-        Direction::Out => (*node, other),
-        Direction::In => (other, *node),
+        self.dir.orient(*node, self.other)
     }
 }
 
@@ -785,10 +777,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             if !seen.insert(a.rel.id) {
                 continue;
             }
-            let (sl, tl) = match a.dir {
-                Direction::Out => (own.as_str(), a.other_label.as_str()),
-                Direction::In => (a.other_label.as_str(), own.as_str()),
-            };
+            let (sl, tl) = a.dir.orient(own.as_str(), a.other_label.as_str());
             self.remove_relationship(&a.rel, sl, tl)?;
             n += 1;
         }
@@ -830,16 +819,8 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             } else {
                 (other_label.as_str(), other_label.as_str())
             };
-            let (old, new) = match dir {
-                Direction::Out => (
-                    count_key(t, from, &rel.rel_type, o_from),
-                    count_key(t, to, &rel.rel_type, o_to),
-                ),
-                Direction::In => (
-                    count_key(t, o_from, &rel.rel_type, from),
-                    count_key(t, o_to, &rel.rel_type, to),
-                ),
-            };
+            let count = |(s, g): (&str, &str)| count_key(t, s, &rel.rel_type, g);
+            let (old, new) = (count(dir.orient(from, o_from)), count(dir.orient(to, o_to)));
             self.add_count(&old, -1)?;
             self.add_count(&new, 1)?;
             let value = codec::encode_adjacency(to, &rel);

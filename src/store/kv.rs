@@ -126,12 +126,14 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// A batch with its filter made here (tests; the writer makes the filter apart).
+    #[cfg(test)]
     pub fn new(seq: u64, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Batch {
         let filter = Batch::filter_of(&writes);
         Batch::with_filter(seq, writes, filter)
     }
 
-    /// The key filter of `writes` (what [`Batch::new`] builds), to make apart from the batch.
+    /// The key filter of `writes`, to make apart from the batch (`with_filter`).
     pub fn filter_of(writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Bloom {
         Bloom::new(writes.keys().map(|k| hash_bytes(k)), writes.len())
     }

@@ -1788,7 +1788,10 @@ mod tests {
                 let decode = |v: &[u8]| Ok(String::from_utf8(v.to_vec()).unwrap());
                 match memo {
                     true => snap.record_label(&rec(node), &decode).unwrap(),
-                    false => snap.get(&rec(node)).unwrap().map(|v| decode(&v).unwrap()),
+                    false => snap
+                        .get(&rec(node))
+                        .unwrap()
+                        .map(|v| decode(&v).unwrap().into()),
                 }
             };
             let prefixes: Vec<Vec<u8>> = {

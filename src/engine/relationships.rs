@@ -956,14 +956,13 @@ impl RelSpec {
     fn listing_page(
         &self,
         edges: &rels::NodeEdges,
-        label: &str,
+        own: &Label,
     ) -> Result<(Vec<render::RelationshipView>, u64)> {
         let mut at: Vec<&rels::EdgeRef> = edges.entries().iter().collect();
         match order::id_order(&self.order) {
             Some(false) => at.sort_unstable_by_key(|e| e.id.as_u128()),
             _ => at.sort_unstable_by_key(|e| std::cmp::Reverse(e.id.as_u128())),
         }
-        let own: Label = label.into();
         let (mut labels, mut types) = (Strings::default(), Strings::default());
         let on_page = at.len().saturating_sub(self.offset).min(self.limit);
         let mut page = Vec::with_capacity(on_page);

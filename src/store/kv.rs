@@ -31,7 +31,7 @@ pub trait KvRead {
         &self,
         key: &[u8],
         decode: &dyn Fn(&[u8]) -> Result<String>,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<Arc<str>>> {
         stored_label(self, key, decode)
     }
     /// `scan` for a caller that reads keys only: it must not read the values passed (a
@@ -110,8 +110,8 @@ fn stored_label<R: KvRead + ?Sized>(
     kv: &R,
     key: &[u8],
     decode: &dyn Fn(&[u8]) -> Result<String>,
-) -> Result<Option<String>> {
-    kv.get(key)?.map(|v| decode(&v)).transpose()
+) -> Result<Option<Arc<str>>> {
+    kv.get(key)?.map(|v| decode(&v).map(Arc::from)).transpose()
 }
 
 /// One commit group's writes, durable in the redo log and visible to readers, kept in memory
@@ -326,7 +326,7 @@ impl KvRead for Snapshot {
         &self,
         key: &[u8],
         decode: &dyn Fn(&[u8]) -> Result<String>,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<Arc<str>>> {
         let read = || stored_label(self, key, decode);
         match &self.memo {
             Some(m) => m.label(self.seq(), key, &read),
@@ -407,7 +407,7 @@ impl<R: KvRead + ?Sized> KvRead for Budgeted<'_, R> {
         &self,
         key: &[u8],
         decode: &dyn Fn(&[u8]) -> Result<String>,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<Arc<str>>> {
         self.spend()?;
         self.inner.record_label(key, decode)
     }

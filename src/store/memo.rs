@@ -49,7 +49,9 @@
 //! batch writing the record raises. The same rule applies: a label read by a snapshot of
 //! sequence `seq` after the slot read `m <= seq` is the record's label since `m`, used while
 //! the slot still reads `m`. Labels take at most 1/[`LABEL_SHARE`] of the budget; a shard of
-//! them that is full starts over.
+//! them that is full starts over. An entry sits in its map slot (record key inline), and the
+//! records of one label in a shard share one copy of its text: a hit reads the slot only, and
+//! answers without allocating.
 //!
 //! Memory: the runs' keys (and values) are counted against a budget (`storage.key_memo_mb`), split evenly
 //! over the memo's shards; remembering a run that would exceed its shard's part starts that
@@ -269,29 +271,30 @@ struct Runs {
     oversized: std::collections::HashSet<u64, PreHashed>,
 }
 
-/// Remembered record labels by `hash_bytes` of the record key, and what they cost.
+/// Remembered record labels by `hash_bytes` of the record key, and what they cost. Each
+/// entry is held in the map's own slot (a lookup reads the slot, nothing else); its text is
+/// shared with every entry of the same label through `names` (a shard of one label holds
+/// one copy of it).
 #[derive(Default)]
 struct Labels {
     map: HashMap<u64, Label, PreHashed>,
+    names: std::collections::HashSet<Arc<str>>,
     bytes: usize,
 }
 
 /// A record's label as read by a snapshot: the record's slot (`KeyMemo::node_slot` of its
-/// key) read `seq` then, and the key it was read by.
+/// key) read `seq` then, and the record key it was read by.
 struct Label {
     seq: u64,
-    key: Box<[u8]>,
-    label: Box<str>,
+    key: [u8; ADJ_DIR_AT],
+    label: Arc<str>,
 }
 
-impl Label {
-    fn cost(&self) -> usize {
-        self.key.len() + self.label.len() + RUN_OVERHEAD
-    }
-}
+/// Bytes a remembered label costs: its entry, and its text once per shard.
+const LABEL_COST: usize = std::mem::size_of::<Label>() + 16;
 
-/// Labels take at most this part of the budget (1/16: 16 MiB by default, ~200,000 labels of
-/// 8 bytes).
+/// Labels take at most this part of the budget (1/16: 16 MiB by default, ~230,000 labels at
+/// `LABEL_COST` each).
 const LABEL_SHARE: usize = 16;
 
 /// One of [`SHARDS`] parts of the labels, on lines of its own (away from the runs' locks).
@@ -682,13 +685,12 @@ impl KeyMemo {
         &self,
         seq: u64,
         key: &[u8],
-        read: &dyn Fn() -> Result<Option<String>>,
-    ) -> Result<Option<String>> {
-        if !self.enabled()
-            || key.len() != ADJ_DIR_AT
-            || key[0] != keys::TENANT
-            || key[KIND_AT] != keys::RECORD
-        {
+        read: &dyn Fn() -> Result<Option<Arc<str>>>,
+    ) -> Result<Option<Arc<str>>> {
+        let Ok(record_key) = <[u8; ADJ_DIR_AT]>::try_from(key) else {
+            return read();
+        };
+        if !self.enabled() || key[0] != keys::TENANT || key[KIND_AT] != keys::RECORD {
             return read();
         }
         // Read after the snapshot was taken (see the module comment).
@@ -703,32 +705,43 @@ impl KeyMemo {
             .unwrap_or_else(|p| p.into_inner())
             .map
             .get(&h)
-            .filter(|l| l.seq == m && *l.key == *key)
+            .filter(|l| l.seq == m && l.key == record_key)
         {
             self.hits[hit_stripe()].0.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(l.label.to_string()));
+            return Ok(Some(l.label.clone()));
         }
-        let label = read()?;
-        if let Some(text) = &label {
+        let Some(text) = read()? else {
+            return Ok(None);
+        };
+        let budget = self.budget / LABEL_SHARE / SHARDS;
+        let mut labels = shard.write().unwrap_or_else(|p| p.into_inner());
+        let mut name = labels.names.get(&*text).cloned();
+        let text_cost = |name: &Option<Arc<str>>| match name {
+            Some(_) => 0,
+            None => text.len() + RUN_OVERHEAD,
+        };
+        if labels.bytes + LABEL_COST + text_cost(&name) > budget {
+            *labels = Labels::default();
+            name = None;
+        }
+        let cost = LABEL_COST + text_cost(&name);
+        if labels.bytes + cost <= budget {
+            let label = name.unwrap_or_else(|| {
+                labels.names.insert(text.clone());
+                text
+            });
+            labels.bytes += cost;
             let l = Label {
                 seq: m,
-                key: key.into(),
-                label: text.as_str().into(),
+                key: record_key,
+                label: label.clone(),
             };
-            let (cost, budget) = (l.cost(), self.budget / LABEL_SHARE / SHARDS);
-            let mut labels = shard.write().unwrap_or_else(|p| p.into_inner());
-            if labels.bytes + cost > budget {
-                labels.map.clear();
-                labels.bytes = 0;
+            if labels.map.insert(h, l).is_some() {
+                labels.bytes -= LABEL_COST;
             }
-            if cost <= budget {
-                labels.bytes += cost;
-                if let Some(old) = labels.map.insert(h, l) {
-                    labels.bytes -= old.cost();
-                }
-            }
+            return Ok(Some(label));
         }
-        Ok(label)
+        Ok(Some(text))
     }
 
     /// Visits a remembered run's keys (with their values when it holds them).
@@ -918,12 +931,12 @@ mod tests {
             let before = reads.get();
             let read = || {
                 reads.set(reads.get() + 1);
-                Ok(label.map(str::to_string))
+                Ok(label.map(Arc::from))
             };
             let l = memo.label(seq, &key(n), &read).unwrap();
             (l, reads.get() - before)
         };
-        let some = |s: &str| Some(s.to_string());
+        let some = |s: &str| Some(Arc::<str>::from(s));
         assert_eq!(
             label(1, 0, Some("A")),
             (some("A"), 1),
@@ -940,6 +953,11 @@ mod tests {
         assert_eq!(label(2, 0, Some("A")), (some("A"), 1), "not remembered");
         assert_eq!(label(3, 0, Some("B")), (some("B"), 1));
         assert_eq!(label(3, 0, Some("B")), (some("B"), 0));
+        // Records of one label (in one shard) share its text.
+        let shard = |n: u128| shard_of(hash_bytes(&key(n)));
+        let other = (6..).find(|&n| shard(n) == shard(5)).unwrap();
+        let (a, b) = (label(3, 5, Some("B")).0, label(3, other, Some("B")).0);
+        assert!(Arc::ptr_eq(&a.unwrap(), &b.unwrap()));
         // Deleted: None, read each time.
         memo.note(4, std::iter::once(key(0).as_slice()));
         assert_eq!(label(4, 0, None), (None, 1));

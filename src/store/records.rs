@@ -214,7 +214,11 @@ pub fn get_record<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<
 }
 
 /// A record's label (None: no such record), without decoding its properties.
-pub fn get_label<R: KvRead + ?Sized>(kv: &R, tenant: u64, id: &Uuid) -> Result<Option<String>> {
+pub fn get_label<R: KvRead + ?Sized>(
+    kv: &R,
+    tenant: u64,
+    id: &Uuid,
+) -> Result<Option<std::sync::Arc<str>>> {
     kv.record_label(&record_key(tenant, id), &|v| {
         Ok(codec::decode_record_fields(*id, v, Some(&[]))?.label)
     })

@@ -461,7 +461,7 @@ pub fn upgrade_adjacency_from_v1(
         let mut start = prefix.clone();
         // Relationship counters, from the out entries kept; the last source's label.
         let mut counts: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-        let mut source: Option<(Uuid, String)> = None;
+        let mut source: Option<(Uuid, std::sync::Arc<str>)> = None;
         loop {
             let mut ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
             let mut last = None;
@@ -579,6 +579,7 @@ impl<R: KvRead> RecordWriter<'_, '_, R> {
             return Ok(l.clone());
         }
         records::get_label(&*self.ov, self.tenant, id)?
+            .map(|l| l.to_string())
             .ok_or_else(|| Error::not_found(format!("record {id} not found")))
     }
 

@@ -325,7 +325,11 @@ pub async fn handle(
             rest_error(e)
         }
     };
-    let work = async {
+    // Boxed where it is made (a local holding it would be kept in this future's state too):
+    // each wrapper below, and hyper, which moves this handler's future into its connection
+    // state, would otherwise copy it again. It is ~1.2 KiB: `route` boxes the routers' own
+    // futures (REST's is ~2.3 KiB, the largest of its routes' held inline).
+    let work = Box::pin(async {
         let (parts, body) = req.into_parts();
         if let Err(e) =
             check_framing(&parts).and_then(|_| credential_before_large_body(&state, &parts))
@@ -345,11 +349,8 @@ pub async fn handle(
             Ok(bytes) => route(&state, Request::from_parts(parts, bytes)).await,
             Err(e) => ("body", early_error(&e)),
         }
-    };
-    // Boxed: each wrapper below (and hyper, which moves this handler's future into its
-    // connection state) would otherwise copy it again. It is ~1.2 KiB: `route` boxes the
-    // routers' own futures (REST's is ~2.3 KiB, the largest of its routes' held inline).
-    let work = crate::activity::serve(crate::activity::within(timeout, Box::pin(work)));
+    });
+    let work = crate::activity::serve(crate::activity::within(timeout, work));
     let (route, resp) = match work.await {
         Some(r) => r,
         None => ("timeout", early_error(&super::over_budget(timeout))),

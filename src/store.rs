@@ -1843,7 +1843,7 @@ mod tests {
                 out.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
             };
             let mut kept: Vec<Snapshot> = Vec::new();
-            let mut checks = 0;
+            let (mut checks, mut in_place) = (0, 0);
             for seq in 1..=300u64 {
                 let mut w = BTreeMap::new();
                 for _ in 0..1 + next(4) {
@@ -1888,6 +1888,22 @@ mod tests {
                         "values: group {seq}, snapshot {}, prefix {pre:?}, reverse {reverse}",
                         snap.seq()
                     );
+                    // A run read in place holds what a whole forward scan visits.
+                    if let Some(run) = snap.values_run(pre) {
+                        let held: Vec<_> = run
+                            .entries()
+                            .map(|(k, v)| {
+                                ([pre.as_slice(), k].concat(), Some(run.bytes()[v].to_vec()))
+                            })
+                            .collect();
+                        assert_eq!(
+                            held,
+                            read(snap, pre, false, usize::MAX, How::Straight),
+                            "values run: group {seq}, snapshot {}, prefix {pre:?}",
+                            snap.seq()
+                        );
+                        in_place += 1;
+                    }
                     let node = next(4);
                     assert_eq!(
                         label_of(snap, node, true),
@@ -1899,6 +1915,7 @@ mod tests {
                 }
             }
             assert_eq!(checks, 6000);
+            assert!(in_place > 100, "runs read in place: {in_place}");
             let stats = memo.stats();
             assert!(stats.runs > 0 && stats.bytes <= budget, "{stats:?}");
             // Forgetting which domains were written makes most runs read again.

@@ -34,6 +34,11 @@ pub trait KvRead {
     ) -> Result<Option<Arc<str>>> {
         stored_label(self, key, decode)
     }
+    /// The entries under `prefix` with their values, read in place, when this view's key memo
+    /// holds them as `scan_prefix` would visit them; None otherwise (the caller scans).
+    fn values_run(&self, _prefix: &[u8]) -> Option<super::memo::ValuesRun> {
+        None
+    }
     /// `scan` for a caller that reads keys only: it must not read the values passed (a
     /// snapshot may answer from its key memo, passing `&[]`: store/memo.rs).
     fn scan_keys(&self, start: &[u8], end: &[u8], reverse: bool, visit: Visit) -> Result<()> {
@@ -313,6 +318,9 @@ impl KvRead for Snapshot {
         merge_scan(&pending, reverse, visit, &mut |v| {
             scan_table(&self.redb.table, start, end, reverse, v)
         })
+    }
+    fn values_run(&self, prefix: &[u8]) -> Option<super::memo::ValuesRun> {
+        self.memo.as_ref()?.values_run(self.seq(), prefix)
     }
     fn scan_prefix(&self, prefix: &[u8], reverse: bool, visit: Visit) -> Result<()> {
         let read = |v: Visit| self.scan(prefix, &super::keys::prefix_end(prefix), reverse, v);

@@ -147,6 +147,37 @@ impl Run {
     }
 }
 
+/// Where a snapshot reads a run (`KeyMemo::find`).
+enum Found {
+    /// From memory.
+    Run(Run),
+    /// From the store, remembering it as read by a snapshot that found the domain at `m` and
+    /// `last` (`NOT_LAST` when it lacks a noted batch); `h`: the prefix's hash.
+    Miss { h: u64, m: u64, last: u64 },
+    /// From the store, not remembered.
+    Read,
+}
+
+/// A remembered run with values as `KeyMemo::values_run` hands it out: shared, read in
+/// place (the run stays valid for the snapshot that asked, whatever the memo does next).
+#[derive(Clone)]
+pub struct ValuesRun(Run);
+
+impl ValuesRun {
+    /// The whole encoding, which `entries` positions values in.
+    pub fn bytes(&self) -> &Arc<[u8]> {
+        &self.0 .0
+    }
+
+    /// Each entry in key order: its key after the run's prefix, and where its value is in
+    /// `bytes`.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], std::ops::Range<usize>)> + '_ {
+        self.0
+            .entries()
+            .map(|e| (&self.0 .0[e.key.0..e.key.1], e.value.0..e.value.1))
+    }
+}
+
 /// Where one entry of a run is in its encoding: its key's suffix, its value.
 #[derive(Clone, Copy)]
 struct Entry {
@@ -615,42 +646,11 @@ impl KeyMemo {
         read: &dyn Fn(Visit) -> Result<()>,
         values: bool,
     ) -> Result<()> {
-        let covered = match values {
-            true => self.covers_values(start),
-            false => self.covers(start),
+        let (h, m, last) = match self.find(seq, start, values) {
+            Found::Read => return read(visit),
+            Found::Run(run) => return self.serve(&run, reverse, visit),
+            Found::Miss { h, m, last } => (h, m, last),
         };
-        if !covered {
-            return read(visit);
-        }
-        // Read after the snapshot was taken (see the module comment), `last` before `modified`.
-        let last = self.last.load(Ordering::Acquire);
-        let h = hash_bytes(start);
-        let shard = self.shard(h);
-        let known = shard
-            .runs
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .map
-            .get(&h)
-            .filter(|r| r.prefix() == start && (r.has_values() || !values))
-            .cloned();
-        let m = match known {
-            Some(run) if run.last() == last && last <= seq => {
-                return self.serve(&run, reverse, visit)
-            }
-            known => {
-                let m = self.domain_seq(start);
-                if m > seq {
-                    // The domain changed after this snapshot: its state is not the remembered one.
-                    return read(visit);
-                }
-                if let Some(run) = known.filter(|r| r.seq() == m) {
-                    return self.serve(&run, reverse, visit);
-                }
-                m
-            }
-        };
-        let last = if last <= seq { last } else { NOT_LAST };
         // Read it through the snapshot, keeping the keys while the caller reads them all.
         // A run past its shard's part of the budget (half of it for runs with values) is not
         // copied further.
@@ -676,6 +676,62 @@ impl KeyMemo {
             self.mark_oversized(h);
         }
         Ok(())
+    }
+
+    /// Where a snapshot of sequence `seq` reads the run `start` (with its values when
+    /// `values`): a remembered run, or the store (remembering the run as it reads it when
+    /// `Miss`). The rules are the module comment's.
+    fn find(&self, seq: u64, start: &[u8], values: bool) -> Found {
+        let covered = match values {
+            true => self.covers_values(start),
+            false => self.covers(start),
+        };
+        if !covered {
+            return Found::Read;
+        }
+        // Read after the snapshot was taken (see the module comment), `last` before `modified`.
+        let last = self.last.load(Ordering::Acquire);
+        let h = hash_bytes(start);
+        let known = self
+            .shard(h)
+            .runs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .get(&h)
+            .filter(|r| r.prefix() == start && (r.has_values() || !values))
+            .cloned();
+        match known {
+            Some(run) if run.last() == last && last <= seq => Found::Run(run),
+            known => {
+                let m = self.domain_seq(start);
+                if m > seq {
+                    // The domain changed after this snapshot: its state is not the remembered one.
+                    return Found::Read;
+                }
+                match known.filter(|r| r.seq() == m) {
+                    Some(run) => Found::Run(run),
+                    None => Found::Miss {
+                        h,
+                        m,
+                        last: if last <= seq { last } else { NOT_LAST },
+                    },
+                }
+            }
+        }
+    }
+
+    /// The run `start` with its values, read in place, when a snapshot of sequence `seq` may
+    /// read it from memory (counted as a hit); None otherwise, and the caller scans (which
+    /// reads the store and remembers the run).
+    pub fn values_run(&self, seq: u64, start: &[u8]) -> Option<ValuesRun> {
+        match self.find(seq, start, true) {
+            Found::Run(run) => {
+                self.hits[hit_stripe()].0.fetch_add(1, Ordering::Relaxed);
+                Some(ValuesRun(run))
+            }
+            Found::Read | Found::Miss { .. } => None,
+        }
     }
 
     /// The label of the record under `key` in a snapshot of sequence `seq`: from memory when

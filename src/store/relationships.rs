@@ -322,8 +322,31 @@ impl EdgeRef {
 pub struct NodeEdges {
     node: Uuid,
     entries: Vec<EdgeRef>,
-    /// The entries' values, one after another.
-    values: Vec<u8>,
+    /// Where the entries' values are (`EdgeRef::at` and `len` index it).
+    values: Values,
+}
+
+/// The buffer of a listing's values: copied one after another as a scan visits them, or the
+/// key memo's run itself when the snapshot reads it from there (store/memo.rs).
+#[derive(Debug)]
+enum Values {
+    Copied(Vec<u8>),
+    Shared(std::sync::Arc<[u8]>),
+}
+
+impl Default for Values {
+    fn default() -> Self {
+        Values::Copied(Vec::new())
+    }
+}
+
+impl Values {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Values::Copied(v) => v,
+            Values::Shared(b) => b,
+        }
+    }
 }
 
 impl NodeEdges {
@@ -337,7 +360,7 @@ impl NodeEdges {
 
     fn value(&self, e: &EdgeRef) -> &[u8] {
         let at = e.at as usize;
-        &self.values[at..at + e.len as usize]
+        &self.values.bytes()[at..at + e.len as usize]
     }
 
     /// The entry's value, read in place.
@@ -367,13 +390,44 @@ pub fn node_edges_below<R: KvRead + ?Sized>(
     cap: usize,
 ) -> Result<Option<NodeEdges>> {
     // Only a self-loop has two entries under its node: those alone are deduplicated.
-    // Room for a modest degree up front (a listing's values are ~60 bytes each).
-    let mut out = NodeEdges {
-        node: *node,
-        entries: Vec::with_capacity(16),
-        values: Vec::with_capacity(1024),
-    };
     let (mut loops, mut seen) = (IdSet::default(), 0);
+    let too_long = || Error::internal("adjacency listing over 4 GiB");
+    let mut keep = |entries: &mut Vec<EdgeRef>, k: &[u8], value: std::ops::Range<usize>| {
+        seen += 1;
+        let (dir, other, id) = edge_ends(k)?;
+        if other != *node || loops.insert(id) {
+            entries.push(EdgeRef {
+                id,
+                dir,
+                other,
+                at: u32::try_from(value.start).map_err(|_| too_long())?,
+                len: u32::try_from(value.len()).map_err(|_| too_long())?,
+            });
+        }
+        Ok::<_, Error>(seen < cap)
+    };
+    // From the key memo's run in place when the snapshot holds it there (what the scan below
+    // would visit, without copying a key or value).
+    let prefix = Key::tenant(tenant, keys::ADJACENCY).uuid(node).0;
+    if let Some(run) = kv.values_run(&prefix) {
+        let mut entries = Vec::with_capacity(16);
+        let mut key = prefix.clone();
+        for (suffix, value) in run.entries() {
+            key.truncate(prefix.len());
+            key.extend_from_slice(suffix);
+            if !keep(&mut entries, &key, value)? {
+                return Ok(None);
+            }
+        }
+        return Ok(Some(NodeEdges {
+            node: *node,
+            entries,
+            values: Values::Shared(run.bytes().clone()),
+        }));
+    }
+    // Room for a modest degree up front (a listing's values are ~60 bytes each).
+    let (mut entries, mut values) = (Vec::with_capacity(16), Vec::with_capacity(1024));
+    let mut more = true;
     scan_adjacency(
         kv,
         tenant,
@@ -381,23 +435,17 @@ pub fn node_edges_below<R: KvRead + ?Sized>(
         &EdgeFilter::default(),
         false,
         &mut |k, v| {
-            seen += 1;
-            let (dir, other, id) = edge_ends(k)?;
-            if other != *node || loops.insert(id) {
-                let too_long = || Error::internal("adjacency listing over 4 GiB");
-                out.entries.push(EdgeRef {
-                    id,
-                    dir,
-                    other,
-                    at: u32::try_from(out.values.len()).map_err(|_| too_long())?,
-                    len: u32::try_from(v.len()).map_err(|_| too_long())?,
-                });
-                out.values.extend_from_slice(v);
-            }
-            Ok(seen < cap)
+            let at = values.len();
+            values.extend_from_slice(v);
+            more = keep(&mut entries, k, at..values.len())?;
+            Ok(more)
         },
     )?;
-    Ok((seen < cap).then_some(out))
+    Ok(more.then_some(NodeEdges {
+        node: *node,
+        entries,
+        values: Values::Copied(values),
+    }))
 }
 
 /// (source label, type, target label, count), in key order.

@@ -42,7 +42,9 @@
 //! with values hold at most half of a shard and never start one over (when their half is
 //! full, the shard's runs with values are dropped, key runs stay), so listings do not push
 //! out the key runs graph searches reread. A run is not copied past its part of a shard. An adjacency value changes only by a write of its key, so such a
-//! run is valid exactly when its keys are. A run with values answers key-only reads too.
+//! run is valid exactly when its keys are. A run with values answers key-only reads too, and
+//! is handed out whole to a listing that reads it in place (`KeyMemo::values_run`, by the
+//! same rules as a scan: `KeyMemo::find`).
 //!
 //! Labels: a record's label (what a listing of its relationships reads besides its adjacency)
 //! is kept by its record key, in a node domain of its own (`RECORD` + node), whose slot every

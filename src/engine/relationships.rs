@@ -878,7 +878,7 @@ impl RelSpec {
         // Without a filter on this side only the label is needed.
         let (kv, t, w) = (reads.kv, reads.t, reads.w);
         let res = if matches!(f, Filter::True) {
-            rstore::get_label(kv, t, id)?.map(|l| (label_ok(&l), reads.labels.get(&l)))
+            rstore::get_label(kv, t, id)?.map(|l| (label_ok(&l), l))
         } else {
             rstore::get_record(kv, t, id)?.map(|r| {
                 let ok = label_ok(&r.label) && exec::matches(&[], f, w, &r);
@@ -1049,11 +1049,10 @@ impl RelSpec {
                     return self.listing_page(&edges, &label);
                 }
                 // Each adjacency value carries the relationship and its other end's label.
-                let own = reads.labels.get(&label);
                 for e in edges.entries() {
                     let a = edges.adjacent(e)?;
                     let other = reads.labels.get(&a.other_label);
-                    let known = a.dir.orient(&own, &other);
+                    let known = a.dir.orient(&label, &other);
                     consider(a.rel, Some(known), &mut reads)?;
                 }
             }

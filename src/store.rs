@@ -22,6 +22,7 @@ pub mod kv;
 pub mod memo;
 pub mod records;
 pub mod relationships;
+mod slots;
 pub mod snapshot;
 pub mod wal;
 
@@ -949,6 +950,15 @@ impl Store {
 
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.published.snapshot()
+    }
+
+    /// A hint before a record's relationships are listed (its label, then its adjacency
+    /// run): the key memo asks for the lines those lookups start with, so that they arrive
+    /// together and while the snapshot is taken, rather than one after another.
+    pub fn prefetch_listing(&self, tenant: u64, node: &uuid::Uuid) {
+        let memo = &self.published.memo;
+        memo.prefetch_label(&records::record_key(tenant, node));
+        memo.prefetch_run(&Key::tenant(tenant, keys::ADJACENCY).uuid(node).0);
     }
 
     pub fn memo_stats(&self) -> memo::MemoStats {

@@ -324,6 +324,9 @@ impl Engine {
         };
         // The relationships of one record with a modest degree are a few point reads: answer
         // on the calling task, like a read by id. Everything else runs on the blocking pool.
+        if let Some(id) = &spec.record {
+            self.store.prefetch_listing(t, id);
+        }
         let snap = self.store.snapshot()?;
         let few = match spec.record {
             Some(id) => rels::node_edges_below(&snap, t, &id, INLINE_DEGREE)?,

@@ -51,9 +51,15 @@
 //! batch writing the record raises. The same rule applies: a label read by a snapshot of
 //! sequence `seq` after the slot read `m <= seq` is the record's label since `m`, used while
 //! the slot still reads `m`. Labels take at most 1/[`LABEL_SHARE`] of the budget; a shard of
-//! them that is full starts over. An entry sits in its map slot (record key inline), and the
-//! records of one label in a shard share one copy of its text: a hit reads the slot only, and
-//! answers without allocating.
+//! them that is full starts over. An entry sits whole in its table slot (record key inline),
+//! and the records of one label in a shard share one copy of its text: a hit reads the slot
+//! only, and answers without allocating.
+//!
+//! Tables: runs and labels are filed by hash in [`Slots`] tables (store/slots.rs), where a
+//! lookup reads one cache line, then (for a run) the run. A caller about to list a record's
+//! relationships asks for those lines first (`prefetch_label`, `prefetch_run`), so that the
+//! label's and the run's lookups wait for memory once, together, rather than one after the
+//! other; a run with values found for a listing has its lines asked for at once.
 //!
 //! Memory: the runs' keys (and values) are counted against a budget (`storage.key_memo_mb`), split evenly
 //! over the memo's shards; remembering a run that would exceed its shard's part starts that
@@ -61,6 +67,7 @@
 
 use super::keys::{self, prefix_end};
 use super::kv::Visit;
+use super::slots::{self, Hashed, Slots};
 use crate::error::Result;
 use crate::model::{hash_bytes, IdHash};
 use std::collections::HashMap;
@@ -73,8 +80,9 @@ pub const DEFAULT_KEY_MEMO_MB: u64 = 256;
 /// `Run::last` of a run read by a snapshot that lacked some noted batch.
 const NOT_LAST: u64 = u64::MAX;
 
-/// Bytes a remembered run costs besides its encoding (map slot, allocation).
-const RUN_OVERHEAD: usize = 48;
+/// Bytes a remembered run costs besides its encoding (its table slot, 32 bytes in a table at
+/// most half full; its allocation's header).
+const RUN_OVERHEAD: usize = 80;
 
 /// Where a tenant key's kind byte is: after the keyspace byte and the tenant id.
 const KIND_AT: usize = 1 + 8;
@@ -92,6 +100,14 @@ const PROP_END: usize = KIND_AT + 1 + 16;
 struct Run(Arc<[u8]>);
 
 const HEADER: usize = 8 + 8 + 4;
+
+// A table slot lies within one cache line (store/slots.rs): its entry's size and alignment.
+const _: () = assert!(std::mem::size_of::<Option<RunSlot>>() == 32);
+const _: () = assert!(std::mem::size_of::<Option<Label>>() == 64);
+
+/// Bytes of a run with values asked for at once when it is found (a listing's run is
+/// mostly a few hundred bytes; past this the CPU's own prefetching follows the reads).
+const PREFETCH_MAX: usize = 2048;
 /// Bit of the header's prefix length: the run holds each key's value as well.
 const WITH_VALUES: u32 = 1 << 31;
 
@@ -296,7 +312,7 @@ impl std::hash::Hasher for PreHasher {
 /// looked up is not a match: two prefixes with one hash share a slot, the later one wins).
 #[derive(Default)]
 struct Runs {
-    map: HashMap<u64, Run, PreHashed>,
+    map: Slots<RunSlot>,
     bytes: usize,
     /// The part of `bytes` in runs with values (at most half the shard's budget).
     value_bytes: usize,
@@ -304,31 +320,55 @@ struct Runs {
     oversized: std::collections::HashSet<u64, PreHashed>,
 }
 
+/// A run in its table slot, with the hash it is filed under (32 bytes: a slot is within one
+/// cache line).
+#[repr(align(32))]
+struct RunSlot {
+    h: u64,
+    run: Run,
+}
+
+impl Hashed for RunSlot {
+    fn hash(&self) -> u64 {
+        self.h
+    }
+}
+
 /// Remembered record labels by `hash_bytes` of the record key, and what they cost. Each
-/// entry is held in the map's own slot (a lookup reads the slot, nothing else); its text is
+/// entry is held in the table's own slot (a lookup reads the slot, nothing else); its text is
 /// shared with every entry of the same label through `names` (a shard of one label holds
 /// one copy of it).
 #[derive(Default)]
 struct Labels {
-    map: HashMap<u64, Label, PreHashed>,
+    map: Slots<Label>,
     names: std::collections::HashSet<Arc<str>>,
     bytes: usize,
 }
 
 /// A record's label as read by a snapshot: the record's slot (`KeyMemo::node_slot` of its
-/// key) read `seq` then, and the record key it was read by.
+/// key) read `seq` then, and the record key it was read by, filed under `h`, the key's hash
+/// (64 bytes: one cache line).
+#[repr(align(64))]
 struct Label {
+    h: u64,
     seq: u64,
     key: [u8; ADJ_DIR_AT],
     label: Arc<str>,
 }
 
-/// Bytes a remembered label costs: its entry, and its text once per shard.
-const LABEL_COST: usize = std::mem::size_of::<Label>() + 16;
+impl Hashed for Label {
+    fn hash(&self) -> u64 {
+        self.h
+    }
+}
 
-/// Labels take at most this part of the budget (1/16: 16 MiB by default, ~230,000 labels at
+/// Bytes a remembered label costs: its slot in a table at most half full, and its text once
+/// per shard.
+const LABEL_COST: usize = 2 * std::mem::size_of::<Label>() + 16;
+
+/// Labels take at most this part of the budget (1/8: 32 MiB by default, ~230,000 labels at
 /// `LABEL_COST` each).
-const LABEL_SHARE: usize = 16;
+const LABEL_SHARE: usize = 8;
 
 /// One of [`SHARDS`] parts of the labels, on lines of its own (away from the runs' locks).
 #[derive(Default)]
@@ -700,8 +740,16 @@ impl KeyMemo {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .map
-            .get(&h)
-            .filter(|r| r.prefix() == start && (r.has_values() || !values))
+            .get(h)
+            .map(|s| &s.run)
+            .filter(|r| {
+                // A run with values is about to be read whole (a listing): its lines are
+                // asked for together, while its header is checked.
+                if values {
+                    slots::prefetch_bytes(&r.0, 64, PREFETCH_MAX);
+                }
+                r.prefix() == start && (r.has_values() || !values)
+            })
             .cloned();
         match known {
             Some(run) if run.last() == last && last <= seq => Found::Run(run),
@@ -721,6 +769,41 @@ impl KeyMemo {
                 }
             }
         }
+    }
+
+    /// `key` as the record key whose label the memo keeps, when it is one and the memo is on.
+    fn label_key(&self, key: &[u8]) -> Option<[u8; ADJ_DIR_AT]> {
+        let record_key = <[u8; ADJ_DIR_AT]>::try_from(key).ok()?;
+        (self.enabled() && key[0] == keys::TENANT && key[KIND_AT] == keys::RECORD)
+            .then_some(record_key)
+    }
+
+    /// A hint before looking up the label of the record under `key` ([`KeyMemo::label`]):
+    /// asks for the lines that lookup reads first (its node slot and its table slot), so that
+    /// they arrive while the caller does other work, or other lookups.
+    pub fn prefetch_label(&self, key: &[u8]) {
+        if self.label_key(key).is_none() {
+            return;
+        }
+        let h = hash_bytes(key);
+        slots::prefetch(std::ptr::from_ref(self.slot_of_hash(h)).cast());
+        let shard = &self.labels[shard_of(h)].0;
+        shard
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .prefetch(h);
+    }
+
+    /// A hint before reading the run `prefix` with its values ([`KeyMemo::values_run`]): asks
+    /// for the line of its table slot.
+    pub fn prefetch_run(&self, prefix: &[u8]) {
+        if !self.covers_values(prefix) {
+            return;
+        }
+        let h = hash_bytes(prefix);
+        let runs = self.shard(h).runs.read().unwrap_or_else(|p| p.into_inner());
+        runs.map.prefetch(h);
     }
 
     /// The run `start` with its values, read in place, when a snapshot of sequence `seq` may
@@ -745,12 +828,9 @@ impl KeyMemo {
         key: &[u8],
         read: &dyn Fn() -> Result<Option<Arc<str>>>,
     ) -> Result<Option<Arc<str>>> {
-        let Ok(record_key) = <[u8; ADJ_DIR_AT]>::try_from(key) else {
+        let Some(record_key) = self.label_key(key) else {
             return read();
         };
-        if !self.enabled() || key[0] != keys::TENANT || key[KIND_AT] != keys::RECORD {
-            return read();
-        }
         // Read after the snapshot was taken (see the module comment).
         let h = hash_bytes(key);
         let m = self.slot_of_hash(h).load(Ordering::Acquire);
@@ -762,7 +842,7 @@ impl KeyMemo {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .map
-            .get(&h)
+            .get(h)
             .filter(|l| l.seq == m && l.key == record_key)
         {
             self.hits[hit_stripe()].0.fetch_add(1, Ordering::Relaxed);
@@ -790,11 +870,12 @@ impl KeyMemo {
             });
             labels.bytes += cost;
             let l = Label {
+                h,
                 seq: m,
                 key: record_key,
                 label: label.clone(),
             };
-            if labels.map.insert(h, l).is_some() {
+            if labels.map.insert(l).is_some() {
                 labels.bytes -= LABEL_COST;
             }
             return Ok(Some(label));
@@ -850,21 +931,21 @@ impl KeyMemo {
             }
             let old_values = runs
                 .map
-                .get(&h)
-                .filter(|o| o.has_values())
-                .map_or(0, Run::cost);
+                .get(h)
+                .filter(|o| o.run.has_values())
+                .map_or(0, |o| o.run.cost());
             if runs.value_bytes - old_values + cost > budget / 2 {
                 let mut freed = 0;
-                runs.map.retain(|_, r| {
-                    freed += if r.has_values() { r.cost() } else { 0 };
-                    !r.has_values()
+                runs.map.retain(|s| {
+                    freed += if s.run.has_values() { s.run.cost() } else { 0 };
+                    !s.run.has_values()
                 });
                 runs.bytes -= freed;
                 runs.value_bytes = 0;
             }
         }
         // The run it replaces leaves the shard either way.
-        let old = runs.map.get(&h).map_or(0, Run::cost);
+        let old = runs.map.get(h).map_or(0, |o| o.run.cost());
         if runs.bytes - old + cost > budget {
             if run.has_values() {
                 return;
@@ -874,7 +955,7 @@ impl KeyMemo {
             runs.value_bytes = 0;
         }
         let values = if run.has_values() { cost } else { 0 };
-        if let Some(old) = runs.map.insert(h, run) {
+        if let Some(RunSlot { run: old, .. }) = runs.map.insert(RunSlot { h, run }) {
             runs.bytes -= old.cost();
             if old.has_values() {
                 runs.value_bytes -= old.cost();
@@ -938,7 +1019,7 @@ mod tests {
     fn held(memo: &KeyMemo, prefix: &[u8]) -> bool {
         let h = hash_bytes(prefix);
         let runs = memo.shard(h).runs.read().unwrap();
-        runs.map.get(&h).is_some_and(|r| r.prefix() == prefix)
+        runs.map.get(h).is_some_and(|s| s.run.prefix() == prefix)
     }
 
     /// Replacing a run already held is weighed without the run it replaces: a shard with

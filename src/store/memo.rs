@@ -100,16 +100,16 @@ const PROP_END: usize = KIND_AT + 1 + 16;
 struct Run(Arc<[u8]>);
 
 const HEADER: usize = 8 + 8 + 4;
-
-// A table slot lies within one cache line (store/slots.rs): its entry's size and alignment.
-const _: () = assert!(std::mem::size_of::<Option<RunSlot>>() == 32);
-const _: () = assert!(std::mem::size_of::<Option<Label>>() == 64);
+/// Bit of the header's prefix length: the run holds each key's value as well.
+const WITH_VALUES: u32 = 1 << 31;
 
 /// Bytes of a run with values asked for at once when it is found (a listing's run is
 /// mostly a few hundred bytes; past this the CPU's own prefetching follows the reads).
 const PREFETCH_MAX: usize = 2048;
-/// Bit of the header's prefix length: the run holds each key's value as well.
-const WITH_VALUES: u32 = 1 << 31;
+
+// A table slot lies within one cache line (store/slots.rs): its entry's size and alignment.
+const _: () = assert!(std::mem::size_of::<Option<RunSlot>>() == 32);
+const _: () = assert!(std::mem::size_of::<Option<Label>>() == 64);
 
 fn read_u32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))

@@ -958,7 +958,7 @@ impl Store {
     pub fn prefetch_listing(&self, tenant: u64, node: &uuid::Uuid) {
         let memo = &self.published.memo;
         memo.prefetch_label(&records::record_key(tenant, node));
-        memo.prefetch_run(&Key::tenant(tenant, keys::ADJACENCY).uuid(node).0);
+        memo.prefetch_run(&relationships::adjacency_prefix(tenant, node));
     }
 
     pub fn memo_stats(&self) -> memo::MemoStats {

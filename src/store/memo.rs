@@ -742,14 +742,14 @@ impl KeyMemo {
             .map
             .get(h)
             .map(|s| &s.run)
-            .filter(|r| {
-                // A run with values is about to be read whole (a listing): its lines are
-                // asked for together, while its header is checked.
+            // A run with values is about to be read whole (a listing): its lines are asked
+            // for together, while its header is checked.
+            .inspect(|r| {
                 if values {
                     slots::prefetch_bytes(&r.0, 64, PREFETCH_MAX);
                 }
-                r.prefix() == start && (r.has_values() || !values)
             })
+            .filter(|r| r.prefix() == start && (r.has_values() || !values))
             .cloned();
         match known {
             Some(run) if run.last() == last && last <= seq => Found::Run(run),

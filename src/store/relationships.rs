@@ -71,6 +71,11 @@ pub struct Edge {
     pub other: Uuid,
 }
 
+/// The prefix of every adjacency entry under `node` (both directions, every type).
+pub fn adjacency_prefix(tenant: u64, node: &Uuid) -> Vec<u8> {
+    Key::tenant(tenant, keys::ADJACENCY).uuid(node).0
+}
+
 /// The fixed parts of an adjacency key: (direction, other end, relationship id). The key is
 /// keyspace byte, tenant, kind byte, node (16 bytes), direction, escaped type (at least its
 /// two-byte terminator), other end (16 bytes), relationship id (16 bytes).
@@ -153,11 +158,11 @@ fn scan_adjacency<R: KvRead + ?Sized>(
     let mut go = true;
     if f.dir.is_none() && f.types.is_empty() {
         // Both directions, every type: one range (out entries sort before in entries).
-        let p = Key::tenant(tenant, keys::ADJACENCY).uuid(node).0;
+        let p = adjacency_prefix(tenant, node);
         return scan(&p, visit);
     }
     // One buffer for every prefix: node + direction, then each type in turn.
-    let mut p = Key::tenant(tenant, keys::ADJACENCY).uuid(node).0;
+    let mut p = adjacency_prefix(tenant, node);
     let node_end = p.len();
     for d in dirs {
         p.truncate(node_end);
@@ -260,8 +265,8 @@ pub fn adjacency_digest<R: KvRead + ?Sized>(kv: &R, tenant: u64, scope: &AdjScop
         std::sync::OnceLock::new();
     let mut h = KEYS.get_or_init(Default::default).build_hasher();
     let (prefix, other) = match scope {
-        AdjScope::Node(n) => (Key::tenant(tenant, keys::ADJACENCY).uuid(n).0, None),
-        AdjScope::Pair(n, o) => (Key::tenant(tenant, keys::ADJACENCY).uuid(n).0, Some(o)),
+        AdjScope::Node(n) => (adjacency_prefix(tenant, n), None),
+        AdjScope::Pair(n, o) => (adjacency_prefix(tenant, n), Some(o)),
         AdjScope::Triple {
             source,
             target,
@@ -408,7 +413,7 @@ pub fn node_edges_below<R: KvRead + ?Sized>(
     };
     // From the key memo's run in place when the snapshot holds it there (what the scan below
     // would visit, without copying a key or value).
-    let prefix = Key::tenant(tenant, keys::ADJACENCY).uuid(node).0;
+    let prefix = adjacency_prefix(tenant, node);
     if let Some(run) = kv.values_run(&prefix) {
         let mut entries = Vec::with_capacity(16);
         let mut key = prefix.clone();

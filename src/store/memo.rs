@@ -27,10 +27,14 @@
 //! domains it starts over with a floor, the sequence of the batch being noted, which every
 //! domain not in it then reads. The floor is at least every forgotten entry, so a run read
 //! before reads a larger value and is read again, and a domain's value only ever grows.
-//! Without a lookup in `modified`: `last` is the sequence of the last noted batch that wrote
-//! into any domain (set after `modified`, also before publishing). A run read while `last` was
-//! `g` by a snapshot holding batch `g` (hence every noted batch) is its domain's state for as
-//! long as `last` stays `g`, so a snapshot that holds batch `g` uses it while `last == g`.
+//! Without a lookup in `modified` or a node slot: `last` is the sequence of the last noted
+//! batch that wrote into any domain or node (set after them, also before publishing). A run
+//! read while `last` was `g` by a snapshot holding batch `g` (hence every noted batch) is its
+//! domain's state for as long as `last` stays `g`, so a snapshot that holds batch `g` uses it
+//! while `last == g`. The same holds of a run such a snapshot finds valid by `modified`: its
+//! table slot keeps the `g` it is known valid for (the latest one found, stored while the
+//! table is read; a stale one only costs a check), so after a write elsewhere each run is
+//! checked in `modified` once, not at every use.
 //! Node domains are not in the map (a bulk link writes into hundreds of thousands): each
 //! hashes to a slot of `nodes`, which holds the largest sequence noted for any node of the
 //! slot and is never forgotten. Two nodes sharing a slot read each other's writes too: a run
@@ -50,7 +54,9 @@
 //! is kept by its record key, in a node domain of its own (`RECORD` + node), whose slot every
 //! batch writing the record raises. The same rule applies: a label read by a snapshot of
 //! sequence `seq` after the slot read `m <= seq` is the record's label since `m`, used while
-//! the slot still reads `m`. Labels take at most 1/[`LABEL_SHARE`] of the budget; a shard of
+//! the slot still reads `m`, and, as for runs, while `last` stays at a value a snapshot that
+//! holds it found the label valid for (a batch writing a record moves `last` too): a hit
+//! then reads the label's table slot only. Labels take at most 1/[`LABEL_SHARE`] of the budget; a shard of
 //! them that is full starts over. An entry sits whole in its table slot (record key inline),
 //! and the records of one label in a shard share one copy of its text: a hit reads the slot
 //! only, and answers without allocating.
@@ -92,14 +98,14 @@ const ADJ_DIR_AT: usize = KIND_AT + 1 + 16;
 const PROP_END: usize = KIND_AT + 1 + 16;
 
 /// One remembered run in one allocation (a lookup touches the map's slot and this, nothing
-/// else): a header (the domain's `modified` and `last` when it was read, the prefix's length
-/// with `WITH_VALUES` set when the run holds values), the prefix, then each key's suffix after
+/// else): a header (the domain's `modified` when it was read, the prefix's length with
+/// `WITH_VALUES` set when the run holds values), the prefix, then each key's suffix after
 /// the prefix, in key order, each preceded by its length (u16, little-endian), and in a run
 /// with values followed by the value's length (u32, little-endian) and the value.
 #[derive(Clone)]
 struct Run(Arc<[u8]>);
 
-const HEADER: usize = 8 + 8 + 4;
+const HEADER: usize = 8 + 4;
 /// Bit of the header's prefix length: the run holds each key's value as well.
 const WITH_VALUES: u32 = 1 << 31;
 
@@ -126,17 +132,13 @@ impl Run {
         read_u64(&self.0, 0)
     }
 
-    fn last(&self) -> u64 {
-        read_u64(&self.0, 8)
-    }
-
     fn prefix(&self) -> &[u8] {
-        let len = read_u32(&self.0, 16).unwrap_or(0) & !WITH_VALUES;
+        let len = read_u32(&self.0, 8).unwrap_or(0) & !WITH_VALUES;
         &self.0[HEADER..HEADER + len as usize]
     }
 
     fn has_values(&self) -> bool {
-        read_u32(&self.0, 16).unwrap_or(0) & WITH_VALUES != 0
+        read_u32(&self.0, 8).unwrap_or(0) & WITH_VALUES != 0
     }
 
     /// Each entry in key order: where its suffix starts and ends, and where its value starts
@@ -218,10 +220,9 @@ struct RunBuilder {
 }
 
 impl RunBuilder {
-    fn new(seq: u64, last: u64, prefix: &[u8], values: bool, limit: usize) -> RunBuilder {
+    fn new(seq: u64, prefix: &[u8], values: bool, limit: usize) -> RunBuilder {
         let mut buf = Vec::with_capacity(HEADER + prefix.len() + 64);
         buf.extend_from_slice(&seq.to_le_bytes());
-        buf.extend_from_slice(&last.to_le_bytes());
         let fits = prefix.len() < WITH_VALUES as usize;
         let flag = if values { WITH_VALUES } else { 0 };
         buf.extend_from_slice(&(prefix.len() as u32 | flag).to_le_bytes());
@@ -320,11 +321,13 @@ struct Runs {
     oversized: std::collections::HashSet<u64, PreHashed>,
 }
 
-/// A run in its table slot, with the hash it is filed under (32 bytes: a slot is within one
-/// cache line).
+/// A run in its table slot, with the hash it is filed under and the value of `last` for
+/// which it is known to be its domain's state (`NOT_LAST`: none yet; see the module comment)
+/// (32 bytes: a slot is within one cache line).
 #[repr(align(32))]
 struct RunSlot {
     h: u64,
+    last: AtomicU64,
     run: Run,
 }
 
@@ -346,15 +349,21 @@ struct Labels {
 }
 
 /// A record's label as read by a snapshot: the record's slot (`KeyMemo::node_slot` of its
-/// key) read `seq` then, and the record key it was read by, filed under `h`, the key's hash
-/// (64 bytes: one cache line).
+/// key) read `seq` then, the value of `last` for which it is known to be the record's label
+/// (`NOT_LAST`: none yet), and the record key it was read by (`RecordKey`), filed under `h`,
+/// the key's hash (64 bytes: one cache line).
 #[repr(align(64))]
 struct Label {
     h: u64,
     seq: u64,
-    key: [u8; ADJ_DIR_AT],
+    last: AtomicU64,
+    key: RecordKey,
     label: Arc<str>,
 }
+
+/// A record key as a label is filed by: the tenant id and the record id (the keyspace and
+/// kind bytes, the same in every record key, left out so that the entry fits its line).
+type RecordKey = [u8; ADJ_DIR_AT - 2];
 
 impl Hashed for Label {
     fn hash(&self) -> u64 {
@@ -592,7 +601,11 @@ impl KeyMemo {
             seq >= self.last.load(Ordering::Relaxed),
             "noted out of order"
         );
-        let raise = |slot: &AtomicU64| slot.store(seq, Ordering::Release);
+        let mut raised = false;
+        let mut raise = |slot: &AtomicU64| {
+            slot.store(seq, Ordering::Release);
+            raised = true;
+        };
         // Domains of one batch, deduplicated; keys come sorted, so a domain's keys are mostly
         // consecutive (a node's always are: its slot is raised once per run of its keys).
         let mut domains: Vec<Vec<u8>> = Vec::new();
@@ -628,19 +641,21 @@ impl KeyMemo {
                 _ => {}
             }
         }
-        // (An adjacency key always adds its type's domain: a batch that raised a node's slot
-        // sets `last` below.)
-        if domains.is_empty() {
+        if domains.is_empty() && !raised {
             return;
         }
-        let mut m = self.modified.lock().unwrap_or_else(|p| p.into_inner());
-        if m.map.len() + domains.len() > self.modified_max {
-            m.map.clear();
-            m.floor = seq;
+        if !domains.is_empty() {
+            let mut m = self.modified.lock().unwrap_or_else(|p| p.into_inner());
+            if m.map.len() + domains.len() > self.modified_max {
+                m.map.clear();
+                m.floor = seq;
+            }
+            for d in domains {
+                m.map.insert(d, seq);
+            }
         }
-        for d in domains {
-            m.map.insert(d, seq);
-        }
+        // Every batch that wrote into a domain or a node (a record's label included) moves
+        // `last`: runs and labels known valid for the value before are checked again.
         self.last.store(seq, Ordering::Release);
     }
 
@@ -702,7 +717,7 @@ impl KeyMemo {
         } else {
             shard_budget
         };
-        let mut run = RunBuilder::new(m, last, start, values, part.saturating_sub(RUN_OVERHEAD));
+        let mut run = RunBuilder::new(m, start, values, part.saturating_sub(RUN_OVERHEAD));
         let mut whole = true;
         read(&mut |k, v| {
             let go = visit(k, v)?;
@@ -713,7 +728,7 @@ impl KeyMemo {
             Ok(go)
         })?;
         if whole && run.fits {
-            self.remember(h, run.finish(reverse));
+            self.remember(h, run.finish(reverse), last);
         } else if whole && run.over && !values {
             self.mark_oversized(h);
         }
@@ -733,60 +748,71 @@ impl KeyMemo {
         }
         // Read after the snapshot was taken (see the module comment), `last` before `modified`.
         let last = self.last.load(Ordering::Acquire);
+        // What a run this snapshot finds to be its domain's state is known for (`RunSlot`).
+        let known_for = if last <= seq { last } else { NOT_LAST };
         let h = hash_bytes(start);
-        let known = self
-            .shard(h)
-            .runs
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        let runs = self.shard(h).runs.read().unwrap_or_else(|p| p.into_inner());
+        let held = runs
             .map
             .get(h)
-            .map(|s| &s.run)
             // A run with values is about to be read whole (a listing): its lines are asked
             // for together, while its header is checked.
-            .inspect(|r| {
+            .inspect(|s| {
                 if values {
-                    slots::prefetch_bytes(&r.0, 64, PREFETCH_MAX);
+                    slots::prefetch_bytes(&s.run.0, 64, PREFETCH_MAX);
                 }
             })
-            .filter(|r| r.prefix() == start && (r.has_values() || !values))
-            .cloned();
-        match known {
-            Some(run) if run.last() == last && last <= seq => Found::Run(run),
-            known => {
-                let m = self.domain_seq(start);
-                if m > seq {
-                    // The domain changed after this snapshot: its state is not the remembered one.
-                    return Found::Read;
-                }
-                match known.filter(|r| r.seq() == m) {
-                    Some(run) => Found::Run(run),
-                    None => Found::Miss {
-                        h,
-                        m,
-                        last: if last <= seq { last } else { NOT_LAST },
-                    },
-                }
+            .filter(|s| s.run.prefix() == start && (s.run.has_values() || !values));
+        if let Some(s) = held {
+            if known_for != NOT_LAST && s.last.load(Ordering::Relaxed) == known_for {
+                return Found::Run(s.run.clone());
             }
+        }
+        let m = self.domain_seq(start);
+        if m > seq {
+            // The domain changed after this snapshot: its state is not the remembered one.
+            return Found::Read;
+        }
+        match held.filter(|s| s.run.seq() == m) {
+            Some(s) => {
+                // The domain's state in this snapshot: so it is while `last` stays put.
+                if known_for != NOT_LAST {
+                    s.last.store(known_for, Ordering::Relaxed);
+                }
+                Found::Run(s.run.clone())
+            }
+            None => Found::Miss {
+                h,
+                m,
+                last: known_for,
+            },
         }
     }
 
     /// `key` as the record key whose label the memo keeps, when it is one and the memo is on.
-    fn label_key(&self, key: &[u8]) -> Option<[u8; ADJ_DIR_AT]> {
-        let record_key = <[u8; ADJ_DIR_AT]>::try_from(key).ok()?;
-        (self.enabled() && key[0] == keys::TENANT && key[KIND_AT] == keys::RECORD)
-            .then_some(record_key)
+    fn label_key(&self, key: &[u8]) -> Option<RecordKey> {
+        if !(self.enabled()
+            && key.len() == ADJ_DIR_AT
+            && key[0] == keys::TENANT
+            && key[KIND_AT] == keys::RECORD)
+        {
+            return None;
+        }
+        let mut record_key = [0; ADJ_DIR_AT - 2];
+        record_key[..KIND_AT - 1].copy_from_slice(&key[1..KIND_AT]);
+        record_key[KIND_AT - 1..].copy_from_slice(&key[KIND_AT + 1..]);
+        Some(record_key)
     }
 
     /// A hint before looking up the label of the record under `key` ([`KeyMemo::label`]):
-    /// asks for the lines that lookup reads first (its node slot and its table slot), so that
-    /// they arrive while the caller does other work, or other lookups.
+    /// asks for the line that lookup reads first (its table slot), so that it arrives while
+    /// the caller does other work, or other lookups. (The record's node slot is read only
+    /// when `last` has moved since the label was last found valid.)
     pub fn prefetch_label(&self, key: &[u8]) {
         if self.label_key(key).is_none() {
             return;
         }
         let h = hash_bytes(key);
-        slots::prefetch(std::ptr::from_ref(self.slot_of_hash(h)).cast());
         let shard = &self.labels[shard_of(h)].0;
         shard
             .read()
@@ -832,21 +858,34 @@ impl KeyMemo {
             return read();
         };
         // Read after the snapshot was taken (see the module comment).
+        let last = self.last.load(Ordering::Acquire);
+        let known_for = if last <= seq { last } else { NOT_LAST };
         let h = hash_bytes(key);
-        let m = self.slot_of_hash(h).load(Ordering::Acquire);
+        let slot = self.slot_of_hash(h);
+        let shard = &self.labels[shard_of(h)].0;
+        {
+            let labels = shard.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(l) = labels.map.get(h).filter(|l| l.key == record_key) {
+                // Known to be the record's label while `last` stays as this snapshot read it;
+                // else the record's slot tells, and then it is so known.
+                let valid = (known_for != NOT_LAST && l.last.load(Ordering::Relaxed) == known_for)
+                    || {
+                        let m = slot.load(Ordering::Acquire);
+                        let valid = l.seq == m && m <= seq;
+                        if valid && known_for != NOT_LAST {
+                            l.last.store(known_for, Ordering::Relaxed);
+                        }
+                        valid
+                    };
+                if valid {
+                    self.hits[hit_stripe()].0.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Some(l.label.clone()));
+                }
+            }
+        }
+        let m = slot.load(Ordering::Acquire);
         if m > seq {
             return read();
-        }
-        let shard = &self.labels[shard_of(h)].0;
-        if let Some(l) = shard
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .map
-            .get(h)
-            .filter(|l| l.seq == m && l.key == record_key)
-        {
-            self.hits[hit_stripe()].0.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(l.label.clone()));
         }
         let Some(text) = read()? else {
             return Ok(None);
@@ -872,6 +911,7 @@ impl KeyMemo {
             let l = Label {
                 h,
                 seq: m,
+                last: AtomicU64::new(known_for),
                 key: record_key,
                 label: label.clone(),
             };
@@ -911,7 +951,8 @@ impl KeyMemo {
         Ok(())
     }
 
-    fn remember(&self, h: u64, run: Run) {
+    /// Keeps `run`, read by a snapshot that holds every batch up to `last` (or `NOT_LAST`).
+    fn remember(&self, h: u64, run: Run, last: u64) {
         let cost = run.cost();
         let budget = self.budget / SHARDS;
         if !run.has_values() && cost > budget {
@@ -955,7 +996,12 @@ impl KeyMemo {
             runs.value_bytes = 0;
         }
         let values = if run.has_values() { cost } else { 0 };
-        if let Some(RunSlot { run: old, .. }) = runs.map.insert(RunSlot { h, run }) {
+        let slot = RunSlot {
+            h,
+            last: AtomicU64::new(last),
+            run,
+        };
+        if let Some(RunSlot { run: old, .. }) = runs.map.insert(slot) {
             runs.bytes -= old.cost();
             if old.has_values() {
                 runs.value_bytes -= old.cost();
@@ -1008,7 +1054,7 @@ mod tests {
 
     /// A run of `n` keys under `prefix` (values of 20 bytes when `values`).
     fn run(prefix: &[u8], n: u32, values: bool) -> Run {
-        let mut b = RunBuilder::new(1, 1, prefix, values, usize::MAX);
+        let mut b = RunBuilder::new(1, prefix, values, usize::MAX);
         for i in 0..n {
             let key = [prefix, &i.to_be_bytes()].concat();
             b.push(&key, if values { &[7u8; 20] } else { &[] });
@@ -1040,19 +1086,74 @@ mod tests {
             }
         }
         let (a, b, c) = (&same[0], &same[1], &same[2]);
-        memo.remember(hash_bytes(a), run(a, 60, false));
-        memo.remember(hash_bytes(b), run(b, 50, false));
+        memo.remember(hash_bytes(a), run(a, 60, false), 1);
+        memo.remember(hash_bytes(b), run(b, 50, false), 1);
         let bytes = || memo.shard(hash_bytes(a)).runs.read().unwrap().bytes;
         assert!(bytes() <= 1000 && bytes() > 700, "{}", bytes());
         // b grows by a few keys: the shard holds a and the new b without starting over.
-        memo.remember(hash_bytes(b), run(b, 56, false));
+        memo.remember(hash_bytes(b), run(b, 56, false), 1);
         assert!(held(&memo, a) && held(&memo, b));
         // b read with values, as a listing: it replaces b's key run the same way.
-        memo.remember(hash_bytes(b), run(b, 10, true));
+        memo.remember(hash_bytes(b), run(b, 10, true), 1);
         assert!(held(&memo, a) && held(&memo, b));
         // A run that does not fit beside them starts the shard over (key runs only).
-        memo.remember(hash_bytes(c), run(c, 60, false));
+        memo.remember(hash_bytes(c), run(c, 60, false), 1);
         assert!(held(&memo, c) && !held(&memo, a));
+    }
+
+    /// A run stays answered from memory across writes elsewhere (each checked against its
+    /// domain once after a write, then known valid again), and is read from the store again
+    /// once its own node is written, never for a snapshot older than that write.
+    #[test]
+    fn a_run_is_checked_again_after_a_write_elsewhere() {
+        use std::cell::Cell;
+        let memo = KeyMemo::with_limits(1 << 20, 100);
+        let id = |n: u128| uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + n);
+        let node = |n: u128| keys::Key::tenant(1, keys::ADJACENCY).uuid(&id(n));
+        let edge = |n: u128, i: u32| node(n).u8(0).str("T").uuid(&id(1000 + i as u128)).0;
+        let reads = Cell::new(0);
+        // (keys, store reads) of node `n`'s run by a snapshot of `seq` whose store holds
+        // `held` relationships of it.
+        let scan = |seq: u64, n: u128, held: u32| {
+            let before = reads.get();
+            let read = |visit: Visit| {
+                reads.set(reads.get() + 1);
+                for i in 0..held {
+                    if !visit(&edge(n, i), b"v")? {
+                        break;
+                    }
+                }
+                Ok(())
+            };
+            let mut got = 0;
+            let mut count = |_: &[u8], _: &[u8]| {
+                got += 1;
+                Ok(true)
+            };
+            memo.scan_prefix(seq, &node(n).0, false, &mut count, &read, true)
+                .unwrap();
+            (got, reads.get() - before)
+        };
+        assert_eq!(scan(1, 0, 3), (3, 1), "first read: the store");
+        assert_eq!(scan(1, 0, 3), (3, 0), "then memory");
+        // Another node's relationship, then a record's write: still memory each time.
+        memo.note(2, std::iter::once(edge(7, 0).as_slice()));
+        assert_eq!(scan(2, 0, 3), (3, 0));
+        assert_eq!(scan(2, 0, 3), (3, 0));
+        let record = keys::Key::tenant(1, keys::RECORD).uuid(&id(8)).0;
+        memo.note(3, std::iter::once(record.as_slice()));
+        assert_eq!(
+            memo.last.load(Ordering::Relaxed),
+            3,
+            "a record write moves last"
+        );
+        assert_eq!(scan(3, 0, 3), (3, 0));
+        // Its own node written: the store, and never memory for the older snapshot.
+        memo.note(4, std::iter::once(edge(0, 3).as_slice()));
+        assert_eq!(scan(3, 0, 3), (3, 1), "older snapshot");
+        assert_eq!(scan(3, 0, 3), (3, 1), "older snapshot, not remembered");
+        assert_eq!(scan(4, 0, 4), (4, 1));
+        assert_eq!(scan(4, 0, 4), (4, 0));
     }
 
     /// A record's label is answered from memory until a batch writes the record (or another

@@ -513,10 +513,13 @@ fn run_domain(prefix: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Node slots of a memo of `budget` bytes: one per 256 bytes of budget (8 bytes each, 1/32 of
-/// the budget), a power of two from 16 to 2^20.
+/// Node slots of a memo of `budget` bytes: one per 64 bytes of budget (8 bytes each, 1/8 of
+/// the budget), a power of two from 16 to 2^22. A hit reads its node's slot only once after
+/// each write (module comment), so their number costs memory, not lookups; fewer would let
+/// a bulk write elsewhere make many runs stale (a slot is shared: 200,000 nodes written raise
+/// ~5% of 2^22 slots, ~18% of 2^20).
 fn node_slots(budget: usize) -> usize {
-    (budget / 256).clamp(16, 1 << 20).next_power_of_two()
+    (budget / 64).clamp(16, 1 << 22).next_power_of_two()
 }
 
 /// Tenant and kind, then the escaped type with its terminator, of an adjacency key (or of a

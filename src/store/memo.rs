@@ -56,8 +56,8 @@
 //! sequence `seq` after the slot read `m <= seq` is the record's label since `m`, used while
 //! the slot still reads `m`, and, as for runs, while `last` stays at a value a snapshot that
 //! holds it found the label valid for (a batch writing a record moves `last` too): a hit
-//! then reads the label's table slot only. Labels take at most 1/[`LABEL_SHARE`] of the budget; a shard of
-//! them that is full starts over. An entry sits whole in its table slot (record key inline),
+//! then reads the label's table slot only. Labels take at most 1/[`LABEL_SHARE`] of the
+//! budget; a shard of them that is full starts over. An entry sits whole in its table slot (record key inline),
 //! and the records of one label in a shard share one copy of its text: a hit reads the slot
 //! only, and answers without allocating.
 //!
@@ -421,6 +421,22 @@ fn shard_of(h: u64) -> usize {
     (h >> 32) as usize % SHARDS
 }
 
+/// Whether a remembered run or label is valid for a snapshot whose `known_for` is given
+/// (`KeyMemo::known_for`): it is known valid for that value of `last` (`entry_last`), or
+/// `by_domain` finds it is its domain's state in the snapshot, and then it is known valid for
+/// that value, stored in the entry (while its table is read: the latest finding wins, and a
+/// stale one only costs a check). The rule is the module comment's.
+fn valid_for(known_for: u64, entry_last: &AtomicU64, by_domain: impl FnOnce() -> bool) -> bool {
+    if known_for != NOT_LAST && entry_last.load(Ordering::Relaxed) == known_for {
+        return true;
+    }
+    let valid = by_domain();
+    if valid && known_for != NOT_LAST {
+        entry_last.store(known_for, Ordering::Relaxed);
+    }
+    valid
+}
+
 pub struct KeyMemo {
     budget: usize,
     /// Domains `modified` holds before it starts over with a floor.
@@ -750,9 +766,7 @@ impl KeyMemo {
             return Found::Read;
         }
         // Read after the snapshot was taken (see the module comment), `last` before `modified`.
-        let last = self.last.load(Ordering::Acquire);
-        // What a run this snapshot finds to be its domain's state is known for (`RunSlot`).
-        let known_for = if last <= seq { last } else { NOT_LAST };
+        let known_for = self.known_for(seq);
         let h = hash_bytes(start);
         let runs = self.shard(h).runs.read().unwrap_or_else(|p| p.into_inner());
         let held = runs
@@ -766,29 +780,35 @@ impl KeyMemo {
                 }
             })
             .filter(|s| s.run.prefix() == start && (s.run.has_values() || !values));
+        let mut domain = None;
         if let Some(s) = held {
-            if known_for != NOT_LAST && s.last.load(Ordering::Relaxed) == known_for {
+            let by_domain = || {
+                let m = *domain.insert(self.domain_seq(start));
+                m <= seq && s.run.seq() == m
+            };
+            if valid_for(known_for, &s.last, by_domain) {
                 return Found::Run(s.run.clone());
             }
         }
-        let m = self.domain_seq(start);
+        let m = domain.unwrap_or_else(|| self.domain_seq(start));
         if m > seq {
             // The domain changed after this snapshot: its state is not the remembered one.
             return Found::Read;
         }
-        match held.filter(|s| s.run.seq() == m) {
-            Some(s) => {
-                // The domain's state in this snapshot: so it is while `last` stays put.
-                if known_for != NOT_LAST {
-                    s.last.store(known_for, Ordering::Relaxed);
-                }
-                Found::Run(s.run.clone())
-            }
-            None => Found::Miss {
-                h,
-                m,
-                last: known_for,
-            },
+        Found::Miss {
+            h,
+            m,
+            last: known_for,
+        }
+    }
+
+    /// What an entry a snapshot of sequence `seq` finds valid is known valid for (its
+    /// `last`): `last` as read now, after the snapshot was taken, when the snapshot holds it
+    /// (and so every noted batch), else `NOT_LAST`.
+    fn known_for(&self, seq: u64) -> u64 {
+        match self.last.load(Ordering::Acquire) {
+            last if last <= seq => last,
+            _ => NOT_LAST,
         }
     }
 
@@ -861,26 +881,19 @@ impl KeyMemo {
             return read();
         };
         // Read after the snapshot was taken (see the module comment).
-        let last = self.last.load(Ordering::Acquire);
-        let known_for = if last <= seq { last } else { NOT_LAST };
+        let known_for = self.known_for(seq);
         let h = hash_bytes(key);
         let slot = self.slot_of_hash(h);
         let shard = &self.labels[shard_of(h)].0;
+        // (In a block: its read lock is let go before the write below.)
         {
             let labels = shard.read().unwrap_or_else(|p| p.into_inner());
             if let Some(l) = labels.map.get(h).filter(|l| l.key == record_key) {
-                // Known to be the record's label while `last` stays as this snapshot read it;
-                // else the record's slot tells, and then it is so known.
-                let valid = (known_for != NOT_LAST && l.last.load(Ordering::Relaxed) == known_for)
-                    || {
-                        let m = slot.load(Ordering::Acquire);
-                        let valid = l.seq == m && m <= seq;
-                        if valid && known_for != NOT_LAST {
-                            l.last.store(known_for, Ordering::Relaxed);
-                        }
-                        valid
-                    };
-                if valid {
+                let by_slot = || {
+                    let m = slot.load(Ordering::Acquire);
+                    m <= seq && l.seq == m
+                };
+                if valid_for(known_for, &l.last, by_slot) {
                     self.hits[hit_stripe()].0.fetch_add(1, Ordering::Relaxed);
                     return Ok(Some(l.label.clone()));
                 }

@@ -200,6 +200,10 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limits: &Limits) -> Resu
     if declared_length(headers).is_some_and(|len| len > limits.max_body_bytes) {
         return Err(too_large());
     }
+    // A request without a body (most GETs) has nothing to collect.
+    if hyper::body::Body::is_end_stream(&body) {
+        return Ok(Bytes::new());
+    }
     Ok(Limited::new(body, limits.max_body_bytes as usize)
         .collect()
         .await

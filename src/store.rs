@@ -952,7 +952,7 @@ impl Store {
         self.published.snapshot()
     }
 
-    /// A hint before a record's relationships are listed (its adjacency run, then its label):
+    /// A hint before a record's relationships are listed (its label and its adjacency run):
     /// the key memo asks for the lines those lookups start with, so that they arrive together
     /// and while the snapshot is taken, rather than one after the other.
     pub fn prefetch_listing(&self, tenant: u64, node: &uuid::Uuid) {

@@ -57,9 +57,9 @@
 //! the slot still reads `m`, and, as for runs, while `last` stays at a value a snapshot that
 //! holds it found the label valid for (a batch writing a record moves `last` too): a hit
 //! then reads the label's table slot only. Labels take at most 1/[`LABEL_SHARE`] of the
-//! budget; a shard of them that is full starts over. An entry sits whole in its table slot (record key inline),
-//! and the records of one label in a shard share one copy of its text: a hit reads the slot
-//! only, and answers without allocating.
+//! budget; a shard of them that is full starts over. An entry sits whole in its table slot
+//! (record key inline), and the records of one label in a shard share one copy of its text:
+//! a hit reads the slot only, and answers without allocating.
 //!
 //! Tables: runs and labels are filed by hash in [`Slots`] tables (store/slots.rs), where a
 //! lookup reads one cache line, then (for a run) the run. A caller about to list a record's
@@ -83,7 +83,8 @@ use std::sync::{Arc, Mutex, RwLock};
 /// Default budget of remembered keys, MiB.
 pub const DEFAULT_KEY_MEMO_MB: u64 = 256;
 
-/// `Run::last` of a run read by a snapshot that lacked some noted batch.
+/// The `last` an entry is known valid for when it is known valid for none: read by a snapshot
+/// that lacked some noted batch (`KeyMemo::known_for`).
 const NOT_LAST: u64 = u64::MAX;
 
 /// Bytes a remembered run costs besides its encoding (its table slot, 32 bytes in a table at
@@ -97,7 +98,7 @@ const ADJ_DIR_AT: usize = KIND_AT + 1 + 16;
 /// Where a property index key's property id ends.
 const PROP_END: usize = KIND_AT + 1 + 16;
 
-/// One remembered run in one allocation (a lookup touches the map's slot and this, nothing
+/// One remembered run in one allocation (a lookup touches its table slot and this, nothing
 /// else): a header (the domain's `modified` when it was read, the prefix's length with
 /// `WITH_VALUES` set when the run holds values), the prefix, then each key's suffix after
 /// the prefix, in key order, each preceded by its length (u16, little-endian), and in a run
@@ -415,8 +416,8 @@ fn hit_stripe() -> usize {
 
 const SHARDS: usize = 16;
 
-/// The shard of hash `h` (runs and labels): bits hashbrown does not use for the bucket or the
-/// tag of a map this size.
+/// The shard of hash `h` (runs and labels): bits a shard's table (which files by the low
+/// bits, store/slots.rs) does not use at any size it reaches.
 fn shard_of(h: u64) -> usize {
     (h >> 32) as usize % SHARDS
 }

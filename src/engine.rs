@@ -228,6 +228,55 @@ impl std::io::Write for Capped {
     }
 }
 
+/// An envelope past its checks ([`Engine::admit_operation`]).
+enum Admitted {
+    /// Answered by the checks' own step (`describe buildInfo`).
+    Answered(Outcome),
+    Run(Run),
+}
+
+/// An admitted operation, ready to run.
+struct Run {
+    tenant: Tenant,
+    op: Operation,
+    /// The transaction it runs in.
+    tx: Option<String>,
+    transport: Transport,
+    after: After,
+}
+
+/// What an operation's outcome passes through before it is answered.
+struct After {
+    /// The tenant's policy, which filters what a capability token is shown.
+    guard: Option<policy::Guard>,
+    /// A Protocol v1 `stage`: Some(true) when it staged a `getRecord`.
+    staged_get: Option<bool>,
+}
+
+impl After {
+    fn finish(&self, out: Outcome) -> Result<Outcome> {
+        let out = match &self.guard {
+            Some(g) => g.filter(out)?,
+            None => out,
+        };
+        Ok(match (self.staged_get, out) {
+            (None, out) => out,
+            (Some(true), Outcome::Record(r)) => Outcome::TransactionGet(r),
+            (Some(_), _) => Outcome::TransactionStaged,
+        })
+    }
+}
+
+/// How [`Engine::answer_now`] took an operation.
+enum Now {
+    /// Answered on the calling task.
+    Answered(Result<Outcome>),
+    /// A listing too large to answer on the calling task: it runs on the blocking pool.
+    Blocking(relationships::BlockingListing),
+    /// Not one of the reads answered on the calling task.
+    Not(Operation),
+}
+
 impl Engine {
     pub fn new(store: Store, config: EngineConfig) -> Engine {
         let bootstrap_digest = digest(&config.bootstrap_token);
@@ -394,22 +443,42 @@ impl Engine {
     /// The single entry point of every front-end. Boxed: the operation's future is ~2 KiB,
     /// and held inline it made every caller's future that much larger (each route's, the
     /// routes', the request's), each copied whole when it is awaited or boxed (docs/design.md
-    /// "Connections").
+    /// "Connections"). A read answered by a few point reads (a record by id, one record's
+    /// relationships) is answered here, on the calling task, and no operation future is built.
     pub fn execute(
         &self,
         env: Envelope,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome>> + Send + '_>> {
-        Box::pin(self.execute_inline(env))
+        let mut run = match self.admit_operation(env) {
+            Ok(Admitted::Answered(out)) => return Box::pin(std::future::ready(Ok(out))),
+            Ok(Admitted::Run(run)) => run,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        if run.tx.is_none() {
+            match self.answer_now(&run.tenant, run.op) {
+                Now::Answered(out) => {
+                    return Box::pin(std::future::ready(out.and_then(|o| run.after.finish(o))))
+                }
+                Now::Blocking(listing) => {
+                    let after = run.after;
+                    return Box::pin(async move { after.finish(listing.run().await?) });
+                }
+                Now::Not(op) => run.op = op,
+            }
+        }
+        Box::pin(self.run_admitted(run))
     }
 
-    async fn execute_inline(&self, env: Envelope) -> Result<Outcome> {
+    /// What every operation passes before it runs: the envelope's checks ([`Engine::admit`]),
+    /// a staged operation unwrapped from its `stage`, the tenant's policy.
+    fn admit_operation(&self, env: Envelope) -> Result<Admitted> {
         if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
             self.credential(&env)?; // tenant-less (BEHAVIOUR.md §7)
             if !self.multitenant() {
                 // Still an envelope: naming a tenant on a single-tenant engine is refused.
                 self.tenant(&env)?;
             }
-            return Ok(Outcome::BuildInfo(self.build_info()));
+            return Ok(Admitted::Answered(Outcome::BuildInfo(self.build_info())));
         }
         let (principal, tenant) = self.admit(&env)?;
         let transport = env.transport;
@@ -441,22 +510,50 @@ impl Engine {
         if let Some(g) = &guard {
             op = g.admit(op, &|id| self.label_of(&tenant, id))?;
         }
-        // Boxed: each is ~2.7 KiB, and held inline it would make every caller's future (the
-        // routes', which each request's future is built from and moved through) that much
-        // larger.
+        Ok(Admitted::Run(Run {
+            tenant,
+            op,
+            tx,
+            transport,
+            after: After { guard, staged_get },
+        }))
+    }
+
+    /// The reads answered on the calling task: a few point reads each (`Now::Not` gives any
+    /// other operation back).
+    fn answer_now(&self, tenant: &Tenant, op: Operation) -> Now {
+        match op {
+            Operation::Query(QueryOp::Record(q)) => Now::Answered(self.get_record(tenant, &q.id)),
+            Operation::Describe(DescribeOp::Property(p)) => {
+                Now::Answered(self.describe_property(tenant, &p.id))
+            }
+            Operation::Query(QueryOp::Relationships(q)) => {
+                match self.find_relationships(tenant, q.query) {
+                    Ok(relationships::Listing::Answered(out)) => Now::Answered(Ok(out)),
+                    Ok(relationships::Listing::Blocking(b)) => Now::Blocking(b),
+                    Err(e) => Now::Answered(Err(e)),
+                }
+            }
+            other => Now::Not(other),
+        }
+    }
+
+    /// Runs an admitted operation: in its transaction, or on its own.
+    async fn run_admitted(&self, run: Run) -> Result<Outcome> {
+        let Run {
+            tenant,
+            op,
+            tx,
+            transport,
+            after,
+        } = run;
+        // Boxed: each is ~2.7 KiB, and held inline it would make this future, which
+        // `execute` boxes, that much larger to build and copy for every operation.
         let out = match &tx {
             Some(tx) => Box::pin(self.in_transaction(tenant, tx, op)).await?,
             None => Box::pin(self.dispatch(tenant, op, transport)).await?,
         };
-        let out = match &guard {
-            Some(g) => g.filter(out)?,
-            None => out,
-        };
-        Ok(match (staged_get, out) {
-            (None, out) => out,
-            (Some(true), Outcome::Record(r)) => Outcome::TransactionGet(r),
-            (Some(_), _) => Outcome::TransactionStaged,
-        })
+        after.finish(out)
     }
 
     /// The checks every operation passes, in SPEC.md's order: credential (and the transport
@@ -645,7 +742,7 @@ impl Engine {
             Operation::Backup(b) => self.backup(&tenant, b).await,
             Operation::Query(QueryOp::ExportCsv(q)) => self.export_csv(&tenant, &q.query).await,
             Operation::Query(QueryOp::Relationships(q)) => {
-                self.find_relationships(&tenant, q.query).await
+                self.find_relationships(&tenant, q.query)?.outcome().await
             }
             other => Err(Error::unsupported(other.name())),
         }

@@ -19,7 +19,7 @@ use crate::query::order::{self, OrderKey};
 use crate::query::traverse::Walker;
 use crate::query::{check_label, paging};
 use crate::store::keys::Key;
-use crate::store::kv::KvRead;
+use crate::store::kv::{KvRead, Snapshot};
 use crate::store::records::{self as rstore, WriteOp, WriteOutcome};
 use crate::store::relationships::{self as rels, EdgeFilter, LinkRel, SeenLabels, UnlinkRel};
 use crate::store::{codec, keys, Tenant};
@@ -307,20 +307,20 @@ impl Engine {
     }
 
     /// Relationship search and the relationships of one record.
-    pub(super) async fn find_relationships(
+    pub(super) fn find_relationships(
         &self,
         tenant: &Tenant,
         q: RelationshipQuery,
-    ) -> Result<Outcome> {
+    ) -> Result<Listing> {
         let spec = RelSpec::parse(q)?;
         let Some(t) = self.store.tenant_id(tenant) else {
             if let Some(id) = spec.record {
                 return Err(Error::not_found(format!("record {id} not found")));
             }
-            return Ok(Outcome::Relationships {
+            return Ok(Listing::Answered(Outcome::Relationships {
                 relationships: vec![],
                 total: 0,
-            });
+            }));
         };
         // The relationships of one record with a modest degree are a few point reads: answer
         // on the calling task, like a read by id. Everything else runs on the blocking pool.
@@ -332,12 +332,47 @@ impl Engine {
             Some(id) => rels::node_edges_below(&snap, t, &id, INLINE_DEGREE)?,
             None => None,
         };
-        let (relationships, total) = match few {
-            Some(edges) => spec.run(&snap, t, Some(edges))?,
-            None => tokio::task::spawn_blocking(move || spec.run(&snap, t, None))
-                .await
-                .map_err(|e| Error::internal(format!("relationship search task failed: {e}")))??,
-        };
+        Ok(match few {
+            Some(edges) => {
+                let (relationships, total) = spec.run(&snap, t, Some(edges))?;
+                Listing::Answered(Outcome::Relationships {
+                    relationships,
+                    total,
+                })
+            }
+            None => Listing::Blocking(BlockingListing { spec, snap, t }),
+        })
+    }
+}
+
+/// A `query relationships`, answered or to be run on the blocking pool.
+pub(super) enum Listing {
+    Answered(Outcome),
+    Blocking(BlockingListing),
+}
+
+impl Listing {
+    pub(super) async fn outcome(self) -> Result<Outcome> {
+        match self {
+            Listing::Answered(out) => Ok(out),
+            Listing::Blocking(b) => b.run().await,
+        }
+    }
+}
+
+/// A relationship search too large for the calling task, on the snapshot it started on.
+pub(super) struct BlockingListing {
+    spec: RelSpec,
+    snap: Snapshot,
+    t: u64,
+}
+
+impl BlockingListing {
+    pub(super) async fn run(self) -> Result<Outcome> {
+        let BlockingListing { spec, snap, t } = self;
+        let (relationships, total) = tokio::task::spawn_blocking(move || spec.run(&snap, t, None))
+            .await
+            .map_err(|e| Error::internal(format!("relationship search task failed: {e}")))??;
         Ok(Outcome::Relationships {
             relationships,
             total,

@@ -66,12 +66,22 @@ pub enum Transport {
 #[derive(Debug, Clone)]
 pub struct Envelope {
     pub credential: Option<String>,
+    /// `credential` as the engine verified it earlier in the same request
+    /// ([`Engine::verify_for`]), when the front-end had it checked before reading the body:
+    /// it is not verified again.
+    pub verified: Option<Verified>,
     pub tenant_header: Option<String>,
     pub scope: Option<String>,
     pub transport: Transport,
     pub transaction: Option<String>,
     pub operation: Operation,
 }
+
+/// A credential the engine verified for one request ([`Engine::verify_for`]), which the
+/// front-end carries into that request's envelopes beside the credential itself. Only the
+/// engine makes one (its field is private).
+#[derive(Debug, Clone)]
+pub struct Verified(Principal);
 
 /// Who is calling, once the credential is verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -342,6 +352,17 @@ impl Engine {
         Ok(principal)
     }
 
+    /// [`Engine::authenticate_for`], answering what the request's envelopes carry so that the
+    /// credential is not verified again (`Envelope::verified`).
+    pub fn verify_for(
+        &self,
+        credential: Option<&str>,
+        tenant_header: Option<&str>,
+    ) -> Result<Verified> {
+        self.authenticate_for(credential, tenant_header)
+            .map(Verified)
+    }
+
     /// A request whose body cannot be parsed needs `write` (SPEC.md "Permissions"): a
     /// principal without it gets 403, not a parse error.
     pub fn authorize_unparseable(&self, credential: Option<&str>) -> Result<()> {
@@ -567,7 +588,10 @@ impl Engine {
 
     /// The credential, valid on this transport and holding the operation's permission.
     fn credential(&self, env: &Envelope) -> Result<Principal> {
-        let principal = self.authenticate(env.credential.as_deref())?;
+        let principal = match &env.verified {
+            Some(Verified(p)) => p.clone(),
+            None => self.authenticate(env.credential.as_deref())?,
+        };
         self.check_transport(&principal, env.transport)?;
         self.authorize(&principal, env.operation.permission())?;
         if env.operation.echoes_stored_data() && !principal.allows(Permission::Read) {

@@ -39,16 +39,22 @@ pub fn header_text<'a>(name: &str, value: &'a [u8]) -> Result<&'a str> {
 /// 400 naming the headers when it sent different ones (the server would otherwise pick one,
 /// and a proxy in front of it might have picked another).
 pub fn one_value(names: &str, values: Vec<String>) -> Result<Option<String>> {
-    let mut it = values.into_iter();
-    let Some(first) = it.next() else {
-        return Ok(None);
-    };
-    if it.any(|v| v != first) {
-        return Err(Error::invalid(format!(
-            "{names}: the request carries different values; send one"
-        )));
+    match first_of(names, values) {
+        (first, None) => Ok(first),
+        (_, Some(e)) => Err(e),
     }
-    Ok(Some(first))
+}
+
+/// [`one_value`] that keeps the first value when they differ (it stands for them while the
+/// request is checked), with the error to refuse the request with.
+pub fn first_of(names: &str, values: Vec<String>) -> (Option<String>, Option<Error>) {
+    let differ = values.iter().skip(1).any(|v| *v != values[0]);
+    let wrong = differ.then(|| {
+        Error::invalid(format!(
+            "{names}: the request carries different values; send one"
+        ))
+    });
+    (values.into_iter().next(), wrong)
 }
 
 /// Every credential a request sends: the tokens of its `Authorization: Bearer` values, then

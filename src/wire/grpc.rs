@@ -70,6 +70,7 @@ impl GrpcEngine {
         let operation: Operation = protocol::decode(op, "operation")?;
         Ok(Envelope {
             credential,
+            verified: None,
             tenant_header,
             // proto3 cannot tell an absent scope from "": an empty one names no tenant, as
             // an empty `context` does over HTTP.

@@ -89,6 +89,8 @@ const NAMES_READ: [&str; 6] = [
 /// Parts of a request that travel into the envelope.
 pub struct RequestMeta {
     credential: Option<String>,
+    /// The credential once the engine verified it (`verify`): the envelopes carry it.
+    verified: Option<crate::engine::Verified>,
     tenant: Option<String>,
     transaction: Option<String>,
     /// A tenant or transaction header whose value is not UTF-8, or a credential, tenant or
@@ -137,16 +139,27 @@ impl RequestMeta {
         if let Some(e) = wrong {
             unreadable.get_or_insert(e);
         }
-        let credential = all.first().cloned();
-        if let Err(e) = crate::wire::one_value("Authorization, X-Service-Token and token", all) {
+        let (credential, differ) =
+            crate::wire::first_of("Authorization, X-Service-Token and token", all);
+        if let Some(e) = differ {
             unreadable.get_or_insert(e);
         }
         RequestMeta {
             credential,
+            verified: None,
             tenant,
             transaction,
             unreadable,
         }
+    }
+
+    /// Has the engine verify the credential (with the tenant header, as every route's first
+    /// check) and keeps the answer for this request's envelopes; then refuses a request whose
+    /// headers could not be read.
+    fn verify(&mut self, engine: &Engine) -> Result<()> {
+        self.verified =
+            Some(engine.verify_for(self.credential.as_deref(), self.tenant.as_deref())?);
+        self.readable()
     }
 
     /// Refuses a request whose tenant or transaction header could not be read.
@@ -165,6 +178,7 @@ impl RequestMeta {
     ) -> Envelope {
         Envelope {
             credential: self.credential.clone(),
+            verified: self.verified.clone(),
             tenant_header: self.tenant.clone(),
             scope,
             transport,
@@ -177,6 +191,7 @@ impl RequestMeta {
     fn outside_transaction(&self) -> RequestMeta {
         RequestMeta {
             credential: self.credential.clone(),
+            verified: self.verified.clone(),
             tenant: self.tenant.clone(),
             transaction: None,
             unreadable: self.unreadable.clone(),
@@ -427,15 +442,15 @@ async fn route(state: &HttpState, mut req: Request<Bytes>) -> (&'static str, Htt
     if req.method() == Method::HEAD {
         *req.method_mut() = Method::GET;
     }
-    let path = req.uri().path().trim_end_matches('/').to_string();
-    let path = if path.is_empty() {
-        "/".to_string()
-    } else {
-        path
+    // A clone of the URI shares its bytes (the request moves into the router).
+    let uri = req.uri().clone();
+    let path = match uri.path().trim_end_matches('/') {
+        "" => "/",
+        p => p,
     };
     // The routers' futures are boxed apart: held inline, the largest sized every request's
     // future (~9.4 KiB), which `handle` copies whole into its box on every request.
-    match (req.method().clone(), path.as_str()) {
+    match (req.method().clone(), path) {
         (Method::GET, "/health") => ("/health", json_response(200, &json!({"status": "ok"}))),
         (Method::GET, "/api/v1/settings") => ("/api/v1/settings", settings(state)),
         (Method::GET, "/metrics") => ("/metrics", metrics(state, req.headers()).await),
@@ -452,7 +467,7 @@ async fn route(state: &HttpState, mut req: Request<Bytes>) -> (&'static str, Htt
             let e = Error::not_found(format!(
                 "no route for {} {}",
                 req.method(),
-                crate::model::truncate(&path, 200)
+                crate::model::truncate(path, 200)
             ));
             // Under /protocol/ in the Protocol v1 error envelope, as every answer there
             // (the path as sent: `/protocol/` itself trims to `/protocol`).
@@ -550,14 +565,10 @@ pub(crate) fn unparseable(state: &HttpState, meta: &RequestMeta, e: Error) -> Er
 }
 
 async fn execute_protocol(state: &HttpState, req: Request<Bytes>) -> HttpResponse {
-    let meta = RequestMeta::from_headers(req.headers());
+    let mut meta = RequestMeta::from_headers(req.headers());
     let result = async {
         // The credential is checked before the body is read or parsed.
-        let tenant = meta.tenant.as_deref();
-        state
-            .engine
-            .authenticate_for(meta.credential.as_deref(), tenant)?;
-        meta.readable()?;
+        meta.verify(&state.engine)?;
         let body =
             parse_json(req.body(), &state.limits).map_err(|e| unparseable(state, &meta, e))?;
         if let Some(v) = body.get("protocolVersion") {

@@ -37,6 +37,7 @@ pub async fn run_protocol(
     let operation: engine::protocol::Operation = engine::protocol::decode(op, "operation").unwrap();
     e.execute(engine::engine::Envelope {
         credential: Some("t".into()),
+        verified: None,
         tenant_header: None,
         scope: None,
         transport: engine::engine::Transport::Protocol,

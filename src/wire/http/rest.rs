@@ -244,22 +244,23 @@ fn edit_op(id: &str, mode: PutMode, body: Value) -> Result<Operation> {
 
 /// Routes `/api/v1/...`; returns the route template and the response.
 pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, HttpResponse) {
-    let meta = RequestMeta::from_headers(req.headers());
+    let mut meta = RequestMeta::from_headers(req.headers());
     let method = req.method().clone();
-    let path = req.uri().path().trim_end_matches('/').to_string();
-    let decoded: Vec<std::borrow::Cow<str>> = path
-        .trim_start_matches("/api/v1/")
-        .split('/')
-        .map(percent_decoded)
-        .collect();
-    let segs: Vec<&str> = decoded.iter().map(|s| s.as_ref()).collect();
+    // A clone of the URI shares its bytes (the request moves into the route).
+    let uri = req.uri().clone();
+    let path = uri.path().trim_end_matches('/');
+    let rest = path.trim_start_matches("/api/v1/");
+    // Segments borrow from the path, unless one has percent-encoded octets to decode.
+    let decoded: Vec<std::borrow::Cow<str>> = match rest.contains('%') {
+        true => rest.split('/').map(percent_decoded).collect(),
+        false => Vec::new(),
+    };
+    let segs: Vec<&str> = match rest.contains('%') {
+        true => decoded.iter().map(|s| s.as_ref()).collect(),
+        false => rest.split('/').collect(),
+    };
     // The credential is checked before any body is read or parsed.
-    let tenant = meta.tenant.as_deref();
-    if let Err(e) = state
-        .engine
-        .authenticate_for(meta.credential.as_deref(), tenant)
-        .and_then(|_| meta.readable())
-    {
+    if let Err(e) = meta.verify(&state.engine) {
         let template = if later_route(&method, &segs).is_some() {
             "/api/v1/later"
         } else {
@@ -449,7 +450,7 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
                 "unmatched",
                 Err(Error::not_found(format!(
                     "no route for {method} {}",
-                    crate::model::truncate(&path, 200)
+                    crate::model::truncate(path, 200)
                 ))),
             ),
         },

@@ -238,14 +238,7 @@ impl std::io::Write for Capped {
     }
 }
 
-/// An envelope past its checks ([`Engine::admit_operation`]).
-enum Admitted {
-    /// Answered by the checks' own step (`describe buildInfo`).
-    Answered(Outcome),
-    Run(Run),
-}
-
-/// An admitted operation, ready to run.
+/// An operation past its checks ([`Engine::admit_operation`]), ready to run.
 struct Run {
     tenant: Tenant,
     op: Operation,
@@ -277,12 +270,14 @@ impl After {
     }
 }
 
-/// How [`Engine::answer_now`] took an operation.
+/// How [`Engine::answer_now`] took an operation. Moved once, from `answer_now` to `execute`:
+/// boxing the common answers to even out the variants would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 enum Now {
     /// Answered on the calling task.
     Answered(Result<Outcome>),
     /// A listing too large to answer on the calling task: it runs on the blocking pool.
-    Blocking(relationships::BlockingListing),
+    Blocking(Box<relationships::BlockingListing>),
     /// Not one of the reads answered on the calling task.
     Not(Operation),
 }
@@ -470,9 +465,11 @@ impl Engine {
         &self,
         env: Envelope,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome>> + Send + '_>> {
+        if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
+            return Box::pin(std::future::ready(self.answer_build_info(&env)));
+        }
         let mut run = match self.admit_operation(env) {
-            Ok(Admitted::Answered(out)) => return Box::pin(std::future::ready(Ok(out))),
-            Ok(Admitted::Run(run)) => run,
+            Ok(run) => run,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         if run.tx.is_none() {
@@ -490,17 +487,19 @@ impl Engine {
         Box::pin(self.run_admitted(run))
     }
 
-    /// What every operation passes before it runs: the envelope's checks ([`Engine::admit`]),
-    /// a staged operation unwrapped from its `stage`, the tenant's policy.
-    fn admit_operation(&self, env: Envelope) -> Result<Admitted> {
-        if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
-            self.credential(&env)?; // tenant-less (BEHAVIOUR.md §7)
-            if !self.multitenant() {
-                // Still an envelope: naming a tenant on a single-tenant engine is refused.
-                self.tenant(&env)?;
-            }
-            return Ok(Admitted::Answered(Outcome::BuildInfo(self.build_info())));
+    /// `describe buildInfo`: tenant-less (BEHAVIOUR.md §7), so not admitted as the others.
+    fn answer_build_info(&self, env: &Envelope) -> Result<Outcome> {
+        self.credential(env)?;
+        if !self.multitenant() {
+            // Still an envelope: naming a tenant on a single-tenant engine is refused.
+            self.tenant(env)?;
         }
+        Ok(Outcome::BuildInfo(self.build_info()))
+    }
+
+    /// What every other operation passes before it runs: the envelope's checks
+    /// ([`Engine::admit`]), a staged operation unwrapped from its `stage`, the tenant's policy.
+    fn admit_operation(&self, env: Envelope) -> Result<Run> {
         let (principal, tenant) = self.admit(&env)?;
         let transport = env.transport;
         // A Protocol v1 `stage` is the staged operation run inside its transaction.
@@ -531,13 +530,13 @@ impl Engine {
         if let Some(g) = &guard {
             op = g.admit(op, &|id| self.label_of(&tenant, id))?;
         }
-        Ok(Admitted::Run(Run {
+        Ok(Run {
             tenant,
             op,
             tx,
             transport,
             after: After { guard, staged_get },
-        }))
+        })
     }
 
     /// The reads answered on the calling task: a few point reads each (`Now::Not` gives any

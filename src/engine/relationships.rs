@@ -340,15 +340,18 @@ impl Engine {
                     total,
                 })
             }
-            None => Listing::Blocking(BlockingListing { spec, snap, t }),
+            None => Listing::Blocking(Box::new(BlockingListing { spec, snap, t })),
         })
     }
 }
 
-/// A `query relationships`, answered or to be run on the blocking pool.
+/// A `query relationships`, answered or to be run on the blocking pool. Moved once, to its
+/// caller: boxing the common answer to even out the variants would cost an allocation.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Listing {
     Answered(Outcome),
-    Blocking(BlockingListing),
+    /// Boxed: the rarer case.
+    Blocking(Box<BlockingListing>),
 }
 
 impl Listing {
@@ -368,8 +371,8 @@ pub(super) struct BlockingListing {
 }
 
 impl BlockingListing {
-    pub(super) async fn run(self) -> Result<Outcome> {
-        let BlockingListing { spec, snap, t } = self;
+    pub(super) async fn run(self: Box<Self>) -> Result<Outcome> {
+        let BlockingListing { spec, snap, t } = *self;
         let (relationships, total) = tokio::task::spawn_blocking(move || spec.run(&snap, t, None))
             .await
             .map_err(|e| Error::internal(format!("relationship search task failed: {e}")))??;

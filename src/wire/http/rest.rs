@@ -534,11 +534,16 @@ pub(super) fn unexpected(o: Outcome) -> HttpResponse {
     )))
 }
 
-pub(super) async fn run(state: &HttpState, meta: &RequestMeta, op: Operation) -> Result<Outcome> {
+/// Runs an operation as this request's. Not an `async fn`: the operation moves into the
+/// engine's boxed future at once, so a route awaiting this holds that box, not the operation.
+pub(super) fn run<'a>(
+    state: &'a HttpState,
+    meta: &RequestMeta,
+    op: Operation,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome>> + Send + 'a>> {
     state
         .engine
         .execute(meta.envelope(Transport::Rest, None, op))
-        .await
 }
 
 async fn create(

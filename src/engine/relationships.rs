@@ -354,15 +354,6 @@ pub(super) enum Listing {
     Blocking(Box<BlockingListing>),
 }
 
-impl Listing {
-    pub(super) async fn outcome(self) -> Result<Outcome> {
-        match self {
-            Listing::Answered(out) => Ok(out),
-            Listing::Blocking(b) => b.run().await,
-        }
-    }
-}
-
 /// A relationship search too large for the calling task, on the snapshot it started on.
 pub(super) struct BlockingListing {
     spec: RelSpec,

@@ -251,11 +251,12 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     let path = uri.path().trim_end_matches('/');
     let rest = path.trim_start_matches("/api/v1/");
     // Segments borrow from the path, unless one has percent-encoded octets to decode.
-    let decoded: Vec<std::borrow::Cow<str>> = match rest.contains('%') {
+    let encoded = rest.contains('%');
+    let decoded: Vec<std::borrow::Cow<str>> = match encoded {
         true => rest.split('/').map(percent_decoded).collect(),
         false => Vec::new(),
     };
-    let segs: Vec<&str> = match rest.contains('%') {
+    let segs: Vec<&str> = match encoded {
         true => decoded.iter().map(|s| s.as_ref()).collect(),
         false => rest.split('/').collect(),
     };

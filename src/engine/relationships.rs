@@ -772,6 +772,9 @@ impl RelWhere {
 
     /// The relationship property filter of the object's other keys.
     fn props_filter(&self, path: &str) -> Result<Filter> {
+        if self.props.is_empty() {
+            return Ok(Filter::True); // what `filter::parse` answers for `{}`, without a copy
+        }
         let props = filter::parse(Some(&Value::Object(self.props.clone())), path)?;
         if props.has_related() {
             return Err(Error::invalid(format!(

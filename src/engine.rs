@@ -459,8 +459,9 @@ impl Engine {
     /// The single entry point of every front-end. Boxed: the operation's future is ~2 KiB,
     /// and held inline it made every caller's future that much larger (each route's, the
     /// routes', the request's), each copied whole when it is awaited or boxed (docs/design.md
-    /// "Connections"). A read answered by a few point reads (a record by id, one record's
-    /// relationships) is answered here, on the calling task, and no operation future is built.
+    /// "Connections"). A read answered by a few point reads (a record or a property by id, one
+    /// record's relationships) is answered here, on the calling task, and no operation future
+    /// is built ([`Engine::answer_now`]).
     pub fn execute(
         &self,
         env: Envelope,

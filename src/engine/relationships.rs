@@ -306,7 +306,8 @@ impl Engine {
         Ok(affected(self.store.write(tenant, ops).await?))
     }
 
-    /// Relationship search and the relationships of one record.
+    /// Relationship search and the relationships of one record: answered here when a few
+    /// point reads answer it, otherwise handed back to run on the blocking pool.
     pub(super) fn find_relationships(
         &self,
         tenant: &Tenant,

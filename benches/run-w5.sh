@@ -178,7 +178,7 @@ main() {
 
   log "checks, plans, warm-up, then $ROUNDS rounds"
   "$PY" "$W5/w5.py" bench --dir "$BENCH_DIR/data" --results "$RESULTS_DIR" \
-    --port "$ENGINE_PORT" --null-port "$NULL_PORT" --token "$TOKEN" --dsn "$DSN" --db "$BENCH_DIR/ladybug" \
+    --port "$ENGINE_PORT" --null-port "$NULL_PORT" --engine-pid "$ENGINE_PID" --null-pid "$NULL_PID" --token "$TOKEN" --dsn "$DSN" --db "$BENCH_DIR/ladybug" \
     --lb-buffer-mb "$LB_BUFFER_MB" --rounds "$ROUNDS" --reps "$REPS" --min-reps "$MIN_REPS" \
     --reps-rtt "$REPS_RTT" --settle "$SETTLE" \
     --cell-seconds "$CELL_SECONDS" --warmup "$WARMUP" --loadgen-cpu "$LOADGEN_CPU" --duration "$DURATION" \

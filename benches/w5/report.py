@@ -110,8 +110,15 @@ def main(d):
           f"drawn at random per request (~{ds['orders'] / ds['customers']:.0f} orders each); the null handler "
           f"answers the same requests with `200 {{\"success\":true}}`.")
         p("")
-        p("| request | system | req/s median (min–max) | p50 µs | p99 µs | errors |")
-        p("|---|---|---:|---:|---:|---:|")
+        p("| request | system | req/s median (min–max) | p50 µs | p99 µs | errors "
+          "| server CPU µs/request, per round | wrk CPU µs/request, per round |")
+        p("|---|---|---:|---:|---:|---:|---:|---:|")
+
+        def per_round(name, s, key):
+            # Older results have no CPU figures: a dash.
+            v = [r.get(key) for r in sorted(by[(name, s)], key=lambda r: r["round"])]
+            return " / ".join("–" if x is None else f"{x:.1f}" for x in v)
+
         for c in cells:
             for s in ("engine", "null"):
                 if not by.get((c["name"], s)):
@@ -119,7 +126,12 @@ def main(d):
                 o = series(c["name"], s, "ops")
                 p(f"| {c['name']}: `{c['desc']}` | {NAMES[s]} | {num(statistics.median(o))} ({num(min(o))}–{num(max(o))}) "
                   f"| {statistics.median(series(c['name'], s, 'p50_us')):,.0f} "
-                  f"| {statistics.median(series(c['name'], s, 'p99_us')):,.0f} | {sum(series(c['name'], s, 'errors'))} |")
+                  f"| {statistics.median(series(c['name'], s, 'p99_us')):,.0f} | {sum(series(c['name'], s, 'errors'))} "
+                  f"| {per_round(c['name'], s, 'server_cpu_us')} | {per_round(c['name'], s, 'loadgen_cpu_us')} |")
+        p("")
+        p("CPU per request: user and system time of the server's process and of wrk over each run, "
+          "divided by its requests (the kernel's softirq work is in neither). The null handler's rate "
+          "is bound by wrk's CPU, the engine's by its worker's (one on a 2-CPU machine).")
         p("")
     if any(by.get(("create_many", s)) for s in SYSTEMS):
         cm = meta["create_many"]

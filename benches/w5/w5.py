@@ -35,6 +35,7 @@ import datetime as dt
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -607,12 +608,24 @@ def bench(args):
 
     def expand(rnd, cell, system):
         raw = os.path.join(raw_dir, f"r{rnd}-{cell['name']}-{system}-c{args.conc}.txt")
+        pid = args.engine_pid if system == "engine" else args.null_pid
+        server0, wrk0 = process_cpu_s(pid), children_cpu_s()
         run_wrk(args, cell, system, args.duration, raw)
+        server1, wrk1 = process_cpu_s(pid), children_cpu_s()
         r = parse_wrk(rnd, cell["name"], system, args.conc, raw)
         r.update({"kind": "expand", "query": cell["name"]})
+        # CPU per request of the server process and of wrk (user + system time; the kernel's
+        # softirq work is in neither): tells a slower machine phase (both cost more per
+        # request) from a server that answered fewer requests for the same CPU.
+        if r["requests"]:
+            r["loadgen_cpu_us"] = (wrk1 - wrk0) * 1e6 / r["requests"]
+            if server0 is not None and server1 is not None:
+                r["server_cpu_us"] = (server1 - server0) * 1e6 / r["requests"]
         emit(r)
         print(f"    r{rnd} {cell['name']:16s} {system:9s} c={args.conc} {r['ops']:9.0f} req/s "
-              f"p50={r['p50_us']} us p99={r['p99_us']} us errors={r['errors']}", file=sys.stderr)
+              f"p50={r['p50_us']} us p99={r['p99_us']} us errors={r['errors']} "
+              f"cpu/request: server {r.get('server_cpu_us', 0):.1f} us, wrk {r.get('loadgen_cpu_us', 0):.1f} us",
+              file=sys.stderr)
         if r["errors"]:
             raise SystemExit(f"{cell['name']} on {system}: {r['errors']} errors (see {raw})")
 
@@ -687,6 +700,24 @@ def expand_cells(args):
     return cells
 
 
+def process_cpu_s(pid):
+    """User + system CPU seconds of process `pid` (all its threads) so far; None when unknown."""
+    if not pid:
+        return None
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # After the command: state is field 3, utime 14 and stime 15 (proc(5)).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s():
+    """User + system CPU seconds of this process's waited-for children (wrk) so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_wrk(args, cell, system, secs, out):
     lua_dir = os.path.join(HERE, "..", "lua")
     env = dict(os.environ, BENCH_TOKEN=args.token, BENCH_IDS=os.path.join(args.dir, "customer-ids.txt"),
@@ -729,6 +760,8 @@ def main():
     b.add_argument("--results", required=True)
     b.add_argument("--port", type=int, required=True)
     b.add_argument("--null-port", type=int, required=True)
+    b.add_argument("--engine-pid", type=int, default=0, help="the engine's pid (CPU per request; 0: unknown)")
+    b.add_argument("--null-pid", type=int, default=0, help="the null handler's pid (CPU per request; 0: unknown)")
     b.add_argument("--token", required=True)
     b.add_argument("--dsn", required=True)
     b.add_argument("--db", required=True)

@@ -200,6 +200,20 @@ impl Sink<'_> {
     }
 }
 
+/// An operation's answer to come (`Engine::execute`), boxed.
+pub type BoxedOutcome<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome>> + Send + 'a>>;
+
+/// What [`Engine::execute_now`] hands back. Moved once, to its caller: boxing the answer to
+/// even out the variants would cost an allocation on every read answered at once.
+#[allow(clippy::large_enum_variant)]
+pub enum Executed<'a> {
+    /// Answered on the calling task.
+    Now(Result<Outcome>),
+    /// To be awaited.
+    Later(BoxedOutcome<'a>),
+}
+
 pub struct Engine {
     pub store: Arc<Store>,
     pub transactions: Arc<transactions::Transactions>,
@@ -462,30 +476,37 @@ impl Engine {
     /// "Connections"). A read answered by a few point reads (a record or a property by id, one
     /// record's relationships) is answered here, on the calling task, and no operation future
     /// is built ([`Engine::answer_now`]).
-    pub fn execute(
-        &self,
-        env: Envelope,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome>> + Send + '_>> {
+    pub fn execute(&self, env: Envelope) -> BoxedOutcome<'_> {
+        match self.execute_now(env) {
+            Executed::Now(out) => Box::pin(std::future::ready(out)),
+            Executed::Later(work) => work,
+        }
+    }
+
+    /// [`Engine::execute`] for a caller that can use an answer at once: the outcome when the
+    /// operation was answered on the calling task (refusals, and the reads of
+    /// [`Engine::answer_now`]), else the future that answers it.
+    pub fn execute_now(&self, env: Envelope) -> Executed<'_> {
         if let Operation::Describe(DescribeOp::BuildInfo(_)) = &env.operation {
-            return Box::pin(std::future::ready(self.answer_build_info(&env)));
+            return Executed::Now(self.answer_build_info(&env));
         }
         let mut run = match self.admit_operation(env) {
             Ok(run) => run,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
+            Err(e) => return Executed::Now(Err(e)),
         };
         if run.tx.is_none() {
             match self.answer_now(&run.tenant, run.op) {
-                Now::Answered(out) => {
-                    return Box::pin(std::future::ready(out.and_then(|o| run.after.finish(o))))
-                }
+                Now::Answered(out) => return Executed::Now(out.and_then(|o| run.after.finish(o))),
                 Now::Blocking(listing) => {
                     let after = run.after;
-                    return Box::pin(async move { after.finish(listing.run().await?) });
+                    return Executed::Later(Box::pin(
+                        async move { after.finish(listing.run().await?) },
+                    ));
                 }
                 Now::Not(op) => run.op = op,
             }
         }
-        Box::pin(self.run_admitted(run))
+        Executed::Later(Box::pin(self.run_admitted(run)))
     }
 
     /// `describe buildInfo`: tenant-less (BEHAVIOUR.md §7), so not admitted as the others.

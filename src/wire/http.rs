@@ -14,6 +14,8 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -344,31 +346,52 @@ pub async fn handle(
             rest_error(e)
         }
     };
+    // A plain read without a body that the engine answers on this task (a record, a
+    // property, a modest listing) needs none of what follows: no request future is built,
+    // boxed or timed. Anything else about it (a refusal, a framing error) is left to the
+    // usual path, which answers it as ever. (Not counted in flight: it is over before this
+    // task could run anything else.)
+    let now = if declared_length(req.headers()) == Some(0)
+        && check_framing(req.headers(), req.version()).is_ok()
+    {
+        rest::answer_now(&state, req.method(), req.uri(), req.headers())
+    } else {
+        None
+    };
     // Boxed where it is made (a local holding it would be kept in this future's state too):
     // each wrapper below, and hyper, which moves this handler's future into its connection
     // state, would otherwise copy it again. It is ~1.2 KiB: `route` boxes the routers' own
     // futures (REST's is ~2.3 KiB, the largest of its routes' held inline).
-    let work = Box::pin(async {
-        let (parts, body) = req.into_parts();
-        if let Err(e) =
-            check_framing(&parts).and_then(|_| credential_before_large_body(&state, &parts))
-        {
-            let route = if protocol_path {
-                "/protocol/v1/execute"
-            } else {
-                "/api/v1"
-            };
-            let mut resp = early_error(&e);
-            // The body was not read, so the connection cannot be reused.
-            resp.headers_mut()
-                .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
-            return (route, resp);
+    let work: Pin<Box<dyn Future<Output = (&'static str, HttpResponse)> + Send + '_>> = match now {
+        Some(rest::Now::Answered(route, resp)) => {
+            state
+                .metrics
+                .observe(route, method, resp.status().as_u16(), start.elapsed());
+            return Ok(resp);
         }
-        match read_body(&parts.headers, body, &state.limits).await {
-            Ok(bytes) => route(&state, Request::from_parts(parts, bytes)).await,
-            Err(e) => ("body", early_error(&e)),
-        }
-    });
+        Some(rest::Now::Pending(route, answer)) => Box::pin(async move { (route, answer.await) }),
+        None => Box::pin(async {
+            let (parts, body) = req.into_parts();
+            if let Err(e) = check_framing(&parts.headers, parts.version)
+                .and_then(|_| credential_before_large_body(&state, &parts))
+            {
+                let route = if protocol_path {
+                    "/protocol/v1/execute"
+                } else {
+                    "/api/v1"
+                };
+                let mut resp = early_error(&e);
+                // The body was not read, so the connection cannot be reused.
+                resp.headers_mut()
+                    .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+                return (route, resp);
+            }
+            match read_body(&parts.headers, body, &state.limits).await {
+                Ok(bytes) => route(&state, Request::from_parts(parts, bytes)).await,
+                Err(e) => ("body", early_error(&e)),
+            }
+        }),
+    };
     let work = crate::activity::serve(crate::activity::within(timeout, work));
     let (route, resp) = match work.await {
         Some(r) => r,
@@ -486,14 +509,14 @@ async fn route(state: &HttpState, mut req: Request<Bytes>) -> (&'static str, Htt
 /// request carries exactly one `Host` (§3.2: 400), and a request body is coded with nothing
 /// but `chunked` (§6.1: 501 for a transfer coding the server does not know; hyper would pass
 /// the body on still coded).
-fn check_framing(parts: &hyper::http::request::Parts) -> Result<()> {
-    let hosts = parts.headers.get_all(hyper::header::HOST).iter().count();
-    if hosts > 1 || (hosts == 0 && parts.version == hyper::Version::HTTP_11) {
+fn check_framing(headers: &HeaderMap, version: hyper::Version) -> Result<()> {
+    let hosts = headers.get_all(hyper::header::HOST).iter().count();
+    if hosts > 1 || (hosts == 0 && version == hyper::Version::HTTP_11) {
         return Err(Error::invalid(
             "Host: an HTTP/1.1 request carries exactly one Host header (RFC 9112, section 3.2)",
         ));
     }
-    for v in parts.headers.get_all(hyper::header::TRANSFER_ENCODING) {
+    for v in headers.get_all(hyper::header::TRANSFER_ENCODING) {
         let codings = v.to_str().unwrap_or("?");
         if let Some(c) = codings
             .split(',')

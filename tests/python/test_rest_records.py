@@ -929,6 +929,30 @@ def test_percent_encoded_path_segments_name_the_same_record(module_api):
         assert_rest_error(module_api.get(f"/api/v1/records/{bad}"), 400, "invalid_argument")
 
 
+def test_plain_reads_answer_alike_on_both_paths(module_api):
+    """A body-less GET of a record, a property or a record's relationships is answered
+    without the request's future when the engine answers it at once; a percent-encoded path
+    takes the router. Both answer the same, errors included (status, headers, body)."""
+    label, name = unique("BOTH"), unique("both")
+    rid = module_api.create(label, {name: 1})
+    others = [module_api.create(label, {name: i}) for i in range(2, 5)]
+    r = module_api.post(f"/api/v1/records/{rid}/relationships", {"targetIds": others, "type": "BOTH"})
+    assert r.status_code in (200, 201), r.text
+    prop = module_api.property_by(name, "number")["id"]
+    missing = "0190a4d2-0000-7000-8000-000000000000"
+    for path in (f"/records/{rid}", f"/records/{rid}/relationships",
+                 f"/records/{rid}/relationships?skip=1&limit=2", f"/records/{rid}/relationships?limit=x",
+                 f"/properties/{prop}", f"/records/{missing}", f"/records/{missing}/relationships",
+                 f"/properties/{missing}"):
+        plain = module_api.get("/api/v1" + path)
+        routed = module_api.get("/api/v1/%" + format(ord(path[1]), "02X") + path[2:])
+        assert (plain.status_code, plain.content) == (routed.status_code, routed.content), path
+        assert plain.headers["content-type"] == routed.headers["content-type"], path
+        assert plain.status_code in (200, 400, 404), (path, plain.text)
+    listed = module_api.get(f"/api/v1/records/{rid}/relationships").json()["data"]
+    assert listed["total"] == 3 and {x["targetId"] for x in listed["data"]} == set(others)
+
+
 @pytest.mark.parametrize("method,path", [
     ("GET", "/nope"), ("GET", "/api/v1/nope"), ("POST", "/api/v1/records/a/b/c"),
     ("GET", "/api/v1/records"), ("DELETE", "/health"), ("GET", "/protocol/v1/execute"),

@@ -271,190 +271,182 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     }
     // Kept to decide, on a failed request, whether its body was unparseable (see below).
     let body = req.body().clone();
-    let (template, result) = match (&method, segs.as_slice()) {
-        (&Method::POST, ["records"]) => ("/api/v1/records", create(state, &meta, req).await),
-        (&Method::POST, ["records", "search"]) => {
-            ("/api/v1/records/search", search(state, &meta, req).await)
-        }
-        (&Method::POST, ["query", "records", "find"]) => (
-            "/api/v1/query/records/find",
-            search(state, &meta, req).await,
-        ),
-        (&Method::POST, ["records", "delete"]) => (
-            "/api/v1/records/delete",
-            delete_many(state, &meta, req).await,
-        ),
-        (&Method::GET, ["records", id]) => ("/api/v1/records/{id}", {
-            let op = Operation::Query(QueryOp::Record(RecordQuery { id: id.to_string() }));
-            run(state, &meta, op).await.map(|o| match o {
-                Outcome::Record(r) => ok_record(200, &r),
-                other => unexpected(other),
-            })
-        }),
-        (&Method::PATCH, ["records", id]) => (
-            "/api/v1/records/{id}",
-            edit(state, &meta, req, id, PutMode::Merge).await,
-        ),
-        (&Method::PUT, ["records", id]) => (
-            "/api/v1/records/{id}",
-            edit(state, &meta, req, id, PutMode::Replace).await,
-        ),
-        (&Method::DELETE, ["records", id]) => ("/api/v1/records/{id}", {
-            let op = Operation::Mutate(Mutation::DeleteRecord(DeleteRecordOp {
-                id: Some(id.to_string()),
-                record: None,
-            }));
-            run(state, &meta, op)
-                .await
-                .map(|_| ok(200, json!({"message": "Record deleted"})))
-        }),
-        (&Method::POST, ["labels", "search"]) => {
-            ("/api/v1/labels/search", labels(state, &meta, req).await)
-        }
-        (&Method::POST, ["properties", "search"]) => (
-            "/api/v1/properties/search",
-            properties(state, &meta, req).await,
-        ),
-        (&Method::GET, ["properties", id]) => ("/api/v1/properties/{id}", {
-            let op = Operation::Describe(DescribeOp::Property(IdRef { id: id.to_string() }));
-            run(state, &meta, op).await.map(|o| match o {
-                Outcome::Property(p) => ok(200, property_json(&p)),
-                other => unexpected(other),
-            })
-        }),
-        (&Method::DELETE, ["properties", id]) => ("/api/v1/properties/{id}", {
-            let op = Operation::Mutate(Mutation::DeleteProperty(DeletePropertyOp {
-                id: Some(id.to_string()),
-                name: None,
-            }));
-            run(state, &meta, op).await.map(|o| match o {
-                Outcome::Affected(n) => ok(
-                    200,
-                    json!({"message": format!("Property deleted from {n} record(s)")}),
-                ),
-                other => unexpected(other),
-            })
-        }),
-        (&Method::POST, ["properties", id, "values"]) => ("/api/v1/properties/{id}/values", {
-            let id = id.to_string();
-            async {
-                // The path names a property by id; Protocol v1's `property` also takes a name,
-                // so the id is checked here (400 like GET and DELETE of a property).
-                crate::model::parse_uuid_v7(&id, "property id")?;
-                let b: ValuesBody = decode_body(state, &req)?;
-                let q = PropertyValuesQuery {
-                    query: b.query,
-                    order: b.order_by,
-                    offset: b.skip,
-                    limit: b.limit,
-                    labels: b.labels,
-                    predicate: b.predicate,
-                };
-                let op = Operation::Query(QueryOp::PropertyValues(PropertyValuesOp {
-                    property: id,
-                    query: q,
+    // The plain reads (`read_of`) first: the same table answers them in `answer_now`.
+    let read = read_of(&method, &segs, uri.query());
+    let (template, result) = if let Some((template, read)) = read {
+        let result = match read {
+            Ok(Read { op, answer }) => run(state, &meta, op).await.map(|o| answer(state, o)),
+            Err(e) => Err(e),
+        };
+        (template, result)
+    } else {
+        match (&method, segs.as_slice()) {
+            (&Method::POST, ["records"]) => ("/api/v1/records", create(state, &meta, req).await),
+            (&Method::POST, ["records", "search"]) => {
+                ("/api/v1/records/search", search(state, &meta, req).await)
+            }
+            (&Method::POST, ["query", "records", "find"]) => (
+                "/api/v1/query/records/find",
+                search(state, &meta, req).await,
+            ),
+            (&Method::POST, ["records", "delete"]) => (
+                "/api/v1/records/delete",
+                delete_many(state, &meta, req).await,
+            ),
+            (&Method::PATCH, ["records", id]) => (
+                "/api/v1/records/{id}",
+                edit(state, &meta, req, id, PutMode::Merge).await,
+            ),
+            (&Method::PUT, ["records", id]) => (
+                "/api/v1/records/{id}",
+                edit(state, &meta, req, id, PutMode::Replace).await,
+            ),
+            (&Method::DELETE, ["records", id]) => ("/api/v1/records/{id}", {
+                let op = Operation::Mutate(Mutation::DeleteRecord(DeleteRecordOp {
+                    id: Some(id.to_string()),
+                    record: None,
+                }));
+                run(state, &meta, op)
+                    .await
+                    .map(|_| ok(200, json!({"message": "Record deleted"})))
+            }),
+            (&Method::POST, ["labels", "search"]) => {
+                ("/api/v1/labels/search", labels(state, &meta, req).await)
+            }
+            (&Method::POST, ["properties", "search"]) => (
+                "/api/v1/properties/search",
+                properties(state, &meta, req).await,
+            ),
+            (&Method::DELETE, ["properties", id]) => ("/api/v1/properties/{id}", {
+                let op = Operation::Mutate(Mutation::DeleteProperty(DeletePropertyOp {
+                    id: Some(id.to_string()),
+                    name: None,
                 }));
                 run(state, &meta, op).await.map(|o| match o {
-                    Outcome::PropertyValues {
-                        values,
-                        min,
-                        max,
-                        ty,
-                        ..
-                    } => ok(
+                    Outcome::Affected(n) => ok(
                         200,
-                        json!({"values": values, "min": min, "max": max, "type": ty}),
+                        json!({"message": format!("Property deleted from {n} record(s)")}),
                     ),
                     other => unexpected(other),
                 })
-            }
-            .await
-        }),
-        (&Method::POST, ["tx"]) => (
-            "/api/v1/tx",
-            transactions::begin(state, &meta.outside_transaction(), req).await,
-        ),
-        (&Method::GET, ["tx", id]) => (
-            "/api/v1/tx/{id}",
-            transactions::status(state, &meta.outside_transaction(), id).await,
-        ),
-        (&Method::POST, ["tx", id, "commit"]) => (
-            "/api/v1/tx/{id}/commit",
-            transactions::commit(state, &meta.outside_transaction(), id).await,
-        ),
-        (&Method::POST, ["tx", id, "rollback"]) => (
-            "/api/v1/tx/{id}/rollback",
-            transactions::rollback(state, &meta.outside_transaction(), id).await,
-        ),
-        (&Method::POST, ["records", "import", "json"]) => (
-            "/api/v1/records/import/json",
-            bulk::import_json(state, &meta, req).await,
-        ),
-        (&Method::POST, ["records", "import", "csv"]) => (
-            "/api/v1/records/import/csv",
-            bulk::import_csv(state, &meta, req).await,
-        ),
-        (&Method::POST, ["records", "export", "csv"]) => (
-            "/api/v1/records/export/csv",
-            bulk::export_csv(state, &meta, req).await,
-        ),
-        (&Method::POST, ["records", id, "relationships"]) => (
-            "/api/v1/records/{id}/relationships",
-            relationships::attach(state, &meta, req, id).await,
-        ),
-        (&Method::GET, ["records", id, "relationships"]) => (
-            "/api/v1/records/{id}/relationships",
-            relationships::list_of_record(state, &meta, req, id).await,
-        ),
-        (&Method::PUT, ["records", id, "relationships"]) => (
-            "/api/v1/records/{id}/relationships",
-            relationships::detach(state, &meta, req, id).await,
-        ),
-        (&Method::POST, ["records", id, "search"]) => (
-            "/api/v1/records/{id}/search",
-            relationships::search_related(state, &meta, req, id).await,
-        ),
-        (&Method::POST, ["relationships", "search"]) => (
-            "/api/v1/relationships/search",
-            relationships::search(state, &meta, req).await,
-        ),
-        (&Method::POST, ["relationships", "create-many"]) => (
-            "/api/v1/relationships/create-many",
-            relationships::bulk(state, &meta, req, false).await,
-        ),
-        (&Method::POST, ["relationships", "delete-many"]) => (
-            "/api/v1/relationships/delete-many",
-            relationships::bulk(state, &meta, req, true).await,
-        ),
-        (&Method::POST, ["relationships", id]) if *id != "patterns" => (
-            "/api/v1/relationships/{id}",
-            relationships::attach(state, &meta, req, id).await,
-        ),
-        (&Method::PUT, ["relationships", id]) if *id != "patterns" => (
-            "/api/v1/relationships/{id}",
-            relationships::detach(state, &meta, req, id).await,
-        ),
-        (&Method::GET, ["sdk", "settings"]) => ("/api/v1/sdk/settings", {
-            match state.engine.authenticate(meta.credential.as_deref()) {
-                Ok(_) => Ok(super::settings(state)),
-                Err(e) => Err(e),
-            }
-        }),
-        _ => match later_route(&method, &segs) {
-            Some((template, what)) => (template, {
-                state
-                    .engine
-                    .authenticate(meta.credential.as_deref())
-                    .and_then(|_| Err(Error::unsupported(what)))
             }),
-            None => (
-                "unmatched",
-                Err(Error::not_found(format!(
-                    "no route for {method} {}",
-                    crate::model::truncate(path, 200)
-                ))),
+            (&Method::POST, ["properties", id, "values"]) => ("/api/v1/properties/{id}/values", {
+                let id = id.to_string();
+                async {
+                    // The path names a property by id; Protocol v1's `property` also takes a name,
+                    // so the id is checked here (400 like GET and DELETE of a property).
+                    crate::model::parse_uuid_v7(&id, "property id")?;
+                    let b: ValuesBody = decode_body(state, &req)?;
+                    let q = PropertyValuesQuery {
+                        query: b.query,
+                        order: b.order_by,
+                        offset: b.skip,
+                        limit: b.limit,
+                        labels: b.labels,
+                        predicate: b.predicate,
+                    };
+                    let op = Operation::Query(QueryOp::PropertyValues(PropertyValuesOp {
+                        property: id,
+                        query: q,
+                    }));
+                    run(state, &meta, op).await.map(|o| match o {
+                        Outcome::PropertyValues {
+                            values,
+                            min,
+                            max,
+                            ty,
+                            ..
+                        } => ok(
+                            200,
+                            json!({"values": values, "min": min, "max": max, "type": ty}),
+                        ),
+                        other => unexpected(other),
+                    })
+                }
+                .await
+            }),
+            (&Method::POST, ["tx"]) => (
+                "/api/v1/tx",
+                transactions::begin(state, &meta.outside_transaction(), req).await,
             ),
-        },
+            (&Method::GET, ["tx", id]) => (
+                "/api/v1/tx/{id}",
+                transactions::status(state, &meta.outside_transaction(), id).await,
+            ),
+            (&Method::POST, ["tx", id, "commit"]) => (
+                "/api/v1/tx/{id}/commit",
+                transactions::commit(state, &meta.outside_transaction(), id).await,
+            ),
+            (&Method::POST, ["tx", id, "rollback"]) => (
+                "/api/v1/tx/{id}/rollback",
+                transactions::rollback(state, &meta.outside_transaction(), id).await,
+            ),
+            (&Method::POST, ["records", "import", "json"]) => (
+                "/api/v1/records/import/json",
+                bulk::import_json(state, &meta, req).await,
+            ),
+            (&Method::POST, ["records", "import", "csv"]) => (
+                "/api/v1/records/import/csv",
+                bulk::import_csv(state, &meta, req).await,
+            ),
+            (&Method::POST, ["records", "export", "csv"]) => (
+                "/api/v1/records/export/csv",
+                bulk::export_csv(state, &meta, req).await,
+            ),
+            (&Method::POST, ["records", id, "relationships"]) => (
+                "/api/v1/records/{id}/relationships",
+                relationships::attach(state, &meta, req, id).await,
+            ),
+            (&Method::PUT, ["records", id, "relationships"]) => (
+                "/api/v1/records/{id}/relationships",
+                relationships::detach(state, &meta, req, id).await,
+            ),
+            (&Method::POST, ["records", id, "search"]) => (
+                "/api/v1/records/{id}/search",
+                relationships::search_related(state, &meta, req, id).await,
+            ),
+            (&Method::POST, ["relationships", "search"]) => (
+                "/api/v1/relationships/search",
+                relationships::search(state, &meta, req).await,
+            ),
+            (&Method::POST, ["relationships", "create-many"]) => (
+                "/api/v1/relationships/create-many",
+                relationships::bulk(state, &meta, req, false).await,
+            ),
+            (&Method::POST, ["relationships", "delete-many"]) => (
+                "/api/v1/relationships/delete-many",
+                relationships::bulk(state, &meta, req, true).await,
+            ),
+            (&Method::POST, ["relationships", id]) if *id != "patterns" => (
+                "/api/v1/relationships/{id}",
+                relationships::attach(state, &meta, req, id).await,
+            ),
+            (&Method::PUT, ["relationships", id]) if *id != "patterns" => (
+                "/api/v1/relationships/{id}",
+                relationships::detach(state, &meta, req, id).await,
+            ),
+            (&Method::GET, ["sdk", "settings"]) => ("/api/v1/sdk/settings", {
+                match state.engine.authenticate(meta.credential.as_deref()) {
+                    Ok(_) => Ok(super::settings(state)),
+                    Err(e) => Err(e),
+                }
+            }),
+            _ => match later_route(&method, &segs) {
+                Some((template, what)) => (template, {
+                    state
+                        .engine
+                        .authenticate(meta.credential.as_deref())
+                        .and_then(|_| Err(Error::unsupported(what)))
+                }),
+                None => (
+                    "unmatched",
+                    Err(Error::not_found(format!(
+                        "no route for {method} {}",
+                        crate::model::truncate(path, 200)
+                    ))),
+                ),
+            },
+        }
     };
     // SPEC.md: a body that cannot be parsed needs `write`; the engine decides, and only a
     // failed request pays for the check.
@@ -535,13 +527,115 @@ pub(super) fn unexpected(o: Outcome) -> HttpResponse {
     )))
 }
 
+/// A plain read: one operation whose outcome alone makes the answer (a record, a property,
+/// a record's relationships).
+struct Read {
+    op: Operation,
+    answer: fn(&HttpState, Outcome) -> HttpResponse,
+}
+
+/// The plain read a request is, with its route template; None for every other route. An
+/// invalid query string is the read's error. The router and `answer_now` both take their
+/// reads from here, so the two answer them alike.
+fn read_of(
+    method: &Method,
+    segs: &[&str],
+    query: Option<&str>,
+) -> Option<(&'static str, Result<Read>)> {
+    Some(match (method, segs) {
+        (&Method::GET, ["records", id]) => (
+            "/api/v1/records/{id}",
+            Ok(Read {
+                op: Operation::Query(QueryOp::Record(RecordQuery { id: id.to_string() })),
+                answer: |_, o| match o {
+                    Outcome::Record(r) => ok_record(200, &r),
+                    other => unexpected(other),
+                },
+            }),
+        ),
+        (&Method::GET, ["properties", id]) => (
+            "/api/v1/properties/{id}",
+            Ok(Read {
+                op: Operation::Describe(DescribeOp::Property(IdRef { id: id.to_string() })),
+                answer: |_, o| match o {
+                    Outcome::Property(p) => ok(200, property_json(&p)),
+                    other => unexpected(other),
+                },
+            }),
+        ),
+        (&Method::GET, ["records", id, "relationships"]) => (
+            "/api/v1/records/{id}/relationships",
+            relationships::listing_of(id, query),
+        ),
+        _ => return None,
+    })
+}
+
+/// A request [`answer_now`] took.
+pub(super) enum Now<'a> {
+    /// Answered on the calling task.
+    Answered(&'static str, HttpResponse),
+    /// The engine's answer to come (a large listing), then rendered.
+    Pending(
+        &'static str,
+        std::pin::Pin<Box<dyn std::future::Future<Output = HttpResponse> + Send + 'a>>,
+    ),
+}
+
+/// A plain read (`read_of`) of a body-less request, answered without the request's own
+/// future when the engine answers it on the calling task (`Engine::execute_now`). None for
+/// anything else: another route, a transaction's read, a percent-encoded path, a refused
+/// credential or unreadable header, a bad query string. Such a request takes the router,
+/// which checks and answers it as ever; a refusal is found again there, and nothing is
+/// read or written twice but those checks.
+pub(super) fn answer_now<'a>(
+    state: &'a HttpState,
+    method: &Method,
+    uri: &hyper::Uri,
+    headers: &hyper::HeaderMap,
+) -> Option<Now<'a>> {
+    let rest = uri.path().trim_end_matches('/').strip_prefix("/api/v1/")?;
+    if rest.contains('%') {
+        return None;
+    }
+    // HEAD is GET without the body (the router's rule; hyper sends the headers only).
+    let method = if method == Method::HEAD {
+        &Method::GET
+    } else {
+        method
+    };
+    let segs: Vec<&str> = rest.split('/').collect();
+    let (template, Ok(Read { op, answer })) = read_of(method, &segs, uri.query())? else {
+        return None;
+    };
+    let mut meta = RequestMeta::from_headers(headers);
+    if meta.transaction.is_some() || meta.verify(&state.engine).is_err() {
+        return None;
+    }
+    let finish = move |r: Result<Outcome>| match r {
+        Ok(o) => answer(state, o),
+        Err(e) => rest_error(&e),
+    };
+    Some(
+        match state
+            .engine
+            .execute_now(meta.envelope(Transport::Rest, None, op))
+        {
+            crate::engine::Executed::Now(r) => Now::Answered(template, finish(r)),
+            crate::engine::Executed::Later(work) => {
+                Now::Pending(template, Box::pin(async move { finish(work.await) }))
+            }
+        },
+    )
+}
+
 /// Runs an operation as this request's. Not an `async fn`: the operation moves into the
 /// engine's boxed future at once, so a route awaiting this holds that box, not the operation.
 pub(super) fn run<'a>(
     state: &'a HttpState,
     meta: &RequestMeta,
     op: Operation,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome>> + Send + 'a>> {
+) -> crate::engine::BoxedOutcome<'a> {
     state
         .engine
         .execute(meta.envelope(Transport::Rest, None, op))

@@ -107,9 +107,9 @@ pub async fn detach(
 }
 
 /// `skip` / `limit` from the query string (integers), for list and search.
-fn query_paging(req: &Request<Bytes>) -> Result<(Option<i64>, Option<i64>)> {
+fn query_paging(query: Option<&str>) -> Result<(Option<i64>, Option<i64>)> {
     let (mut skip, mut limit) = (None, None);
-    for pair in req.uri().query().unwrap_or("").split('&') {
+    for pair in query.unwrap_or("").split('&') {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let slot = match k {
             "skip" => &mut skip,
@@ -136,14 +136,9 @@ fn relationships_list(state: &HttpState, o: Outcome) -> HttpResponse {
     }
 }
 
-/// `GET /records/{id}/relationships`.
-pub async fn list_of_record(
-    state: &HttpState,
-    meta: &RequestMeta,
-    req: Request<Bytes>,
-    id: &str,
-) -> Result<HttpResponse> {
-    let (skip, limit) = query_paging(&req)?;
+/// `GET /records/{id}/relationships` (`?skip=&limit=`), a plain read (`rest::read_of`).
+pub(super) fn listing_of(id: &str, query: Option<&str>) -> Result<super::Read> {
+    let (skip, limit) = query_paging(query)?;
     let op = Operation::Query(QueryOp::Relationships(RelationshipsQuery {
         query: RelationshipQuery {
             record_id: Some(id.to_string()),
@@ -152,7 +147,10 @@ pub async fn list_of_record(
             ..Default::default()
         },
     }));
-    Ok(relationships_list(state, run(state, meta, op).await?))
+    Ok(super::Read {
+        op,
+        answer: relationships_list,
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -193,7 +191,7 @@ pub async fn search(
     meta: &RequestMeta,
     req: Request<Bytes>,
 ) -> Result<HttpResponse> {
-    let (qs_skip, qs_limit) = query_paging(&req)?;
+    let (qs_skip, qs_limit) = query_paging(req.uri().query())?;
     let b: RelSearchBody = decode_body(state, &req)?;
     if b.labels.as_ref().is_some_and(|l| !l.is_empty()) {
         return Err(Error::invalid(

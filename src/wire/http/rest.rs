@@ -251,15 +251,12 @@ pub async fn route(state: &HttpState, req: Request<Bytes>) -> (&'static str, Htt
     let path = uri.path().trim_end_matches('/');
     let rest = path.trim_start_matches("/api/v1/");
     // Segments borrow from the path, unless one has percent-encoded octets to decode.
-    let encoded = rest.contains('%');
-    let decoded: Vec<std::borrow::Cow<str>> = match encoded {
-        true => rest.split('/').map(percent_decoded).collect(),
-        false => Vec::new(),
+    let plain = plain_segments(rest);
+    let decoded: Vec<std::borrow::Cow<str>> = match plain {
+        None => rest.split('/').map(percent_decoded).collect(),
+        Some(_) => Vec::new(),
     };
-    let segs: Vec<&str> = match encoded {
-        true => decoded.iter().map(|s| s.as_ref()).collect(),
-        false => rest.split('/').collect(),
-    };
+    let segs: Vec<&str> = plain.unwrap_or_else(|| decoded.iter().map(|s| s.as_ref()).collect());
     // The credential is checked before any body is read or parsed.
     if let Err(e) = meta.verify(&state.engine) {
         let template = if later_route(&method, &segs).is_some() {
@@ -582,36 +579,37 @@ pub(super) enum Now<'a> {
     ),
 }
 
+/// The segments of a path under `/api/v1/` as they stand, or None when one carries
+/// percent-encoded octets (the router decodes those).
+fn plain_segments(rest: &str) -> Option<Vec<&str>> {
+    (!rest.contains('%')).then(|| rest.split('/').collect())
+}
+
 /// A plain read (`read_of`) of a body-less request, answered without the request's own
-/// future when the engine answers it on the calling task (`Engine::execute_now`). None for
-/// anything else: another route, a transaction's read, a percent-encoded path, a refused
-/// credential or unreadable header, a bad query string. Such a request takes the router,
-/// which checks and answers it as ever; a refusal is found again there, and nothing is
-/// read or written twice but those checks.
+/// future when the engine answers it on the calling task (`Engine::execute_now`; a read it
+/// does not answer at once, a large listing or a transaction's, comes back as `Pending`).
+/// None for anything else: another route, a percent-encoded path, a refused credential or
+/// unreadable header, a bad query string. Such a request takes the router, which checks and
+/// answers it as ever; a refusal is found again there, and nothing is read or written twice
+/// but those checks.
 pub(super) fn answer_now<'a>(
     state: &'a HttpState,
     method: &Method,
     uri: &hyper::Uri,
     headers: &hyper::HeaderMap,
 ) -> Option<Now<'a>> {
-    let rest = uri.path().trim_end_matches('/').strip_prefix("/api/v1/")?;
-    if rest.contains('%') {
-        return None;
-    }
+    let segs = plain_segments(uri.path().trim_end_matches('/').strip_prefix("/api/v1/")?)?;
     // HEAD is GET without the body (the router's rule; hyper sends the headers only).
     let method = if method == Method::HEAD {
         &Method::GET
     } else {
         method
     };
-    let segs: Vec<&str> = rest.split('/').collect();
     let (template, Ok(Read { op, answer })) = read_of(method, &segs, uri.query())? else {
         return None;
     };
     let mut meta = RequestMeta::from_headers(headers);
-    if meta.transaction.is_some() || meta.verify(&state.engine).is_err() {
-        return None;
-    }
+    meta.verify(&state.engine).ok()?;
     let finish = move |r: Result<Outcome>| match r {
         Ok(o) => answer(state, o),
         Err(e) => rest_error(&e),

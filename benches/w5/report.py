@@ -138,13 +138,20 @@ def main(d):
         p(f"**Create-many by key**, {cm['records_per_side']:,} x {cm['records_per_side']:,} records (labels A "
           f"and B, 1:1 on property k), one-shot per system per round, undone (untimed) after each.")
         p("")
-        p("| system | seconds median (min–max) | relationships/s | undo s (median) |")
-        p("|---|---:|---:|---:|")
+        p("| system | seconds median (min–max) | relationships/s | undo s (median) | server CPU s, page faults (per round) |")
+        p("|---|---:|---:|---:|---:|")
         for s in SYSTEMS:
             if by.get(("create_many", s)):
                 t = series("create_many", s, "seconds")
+                rows = [r for r in by[("create_many", s)] if "server_faults" in r]
+                server = (" / ".join(f"{r['server_cpu_s']:.2f} s, {r['server_faults']:,}" for r in rows)
+                          if rows else "–")
                 p(f"| {NAMES[s]} | {secs(statistics.median(t))} ({secs(min(t))}–{secs(max(t))}) "
-                  f"| {num(med('create_many', s, 'per_s'))} | {secs(med('create_many', s, 'undo_seconds'))} |")
+                  f"| {num(med('create_many', s, 'per_s'))} | {secs(med('create_many', s, 'undo_seconds'))} "
+                  f"| {server} |")
+        p("")
+        p("Server CPU and page faults: the engine process's user + system time and minor page faults "
+          "during its create-many (the other systems: –).")
         p("")
 
     goals = []

@@ -171,4 +171,8 @@ pub struct ServeArgs {
     /// Threads that serve connections; 0 (default) = one fewer than the CPUs, at least 1.
     #[arg(long, env = "ENGINE_WORKERS")]
     pub workers: Option<usize>,
+    /// Seconds freed memory may be kept for reuse before it goes back to the operating
+    /// system (default 3600; 0 = at once).
+    #[arg(long, env = "ENGINE_KEEP_FREED_MEMORY_S")]
+    pub keep_freed_memory_s: Option<u64>,
 }

@@ -23,12 +23,35 @@ pub struct FileConfig {
 }
 
 /// The config file's `[runtime]` section.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Runtime {
     /// Threads that serve connections (the tokio runtime's workers); 0 = automatic
     /// (`worker_threads`).
     pub workers: usize,
+    /// Seconds the `engine` binary's allocator may keep memory the engine freed, for reuse,
+    /// before it gives it back to the operating system; 0 gives it back at once. It gives
+    /// memory back in sweeps: the first free after a sweep starts the clock, and when this
+    /// time has run out everything free then goes back, so freed memory is kept for up to
+    /// this long. Memory given back is zero-filled again, a page fault per 4 KiB, when next
+    /// used (docs/design.md, "Allocator").
+    pub keep_freed_memory_s: u64,
+}
+
+/// The default of `runtime.keep_freed_memory_s`, one hour: bulk work that recurs every few
+/// minutes reuses its memory without page faults; after a quiet hour the process is back down
+/// to what it holds.
+pub const DEFAULT_KEEP_FREED_MEMORY_S: u64 = 3600;
+/// The largest `runtime.keep_freed_memory_s`: one day.
+pub const MAX_KEEP_FREED_MEMORY_S: u64 = 86_400;
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime {
+            workers: 0,
+            keep_freed_memory_s: DEFAULT_KEEP_FREED_MEMORY_S,
+        }
+    }
 }
 
 impl Runtime {
@@ -211,6 +234,11 @@ impl FileConfig {
         if self.runtime.workers > 1024 {
             return Err("runtime.workers (--workers, ENGINE_WORKERS) must be between 0 (automatic) and 1024".into());
         }
+        if self.runtime.keep_freed_memory_s > MAX_KEEP_FREED_MEMORY_S {
+            return Err(format!(
+                "runtime.keep_freed_memory_s (--keep-freed-memory-s, ENGINE_KEEP_FREED_MEMORY_S) must be between 0 and {MAX_KEEP_FREED_MEMORY_S} (one day)"
+            ));
+        }
         if self.limits.max_body_bytes == 0 {
             return Err("limits.max_body_bytes (--max-body-bytes) must be positive".into());
         }
@@ -262,5 +290,16 @@ mod tests {
                 .unwrap_err()
                 .contains("runtime.workers")
         );
+    }
+
+    #[test]
+    fn freed_memory_is_kept_an_hour_by_default_and_at_most_a_day() {
+        assert_eq!(Runtime::default().keep_freed_memory_s, 3600);
+        let c =
+            FileConfig::parse("schema_version = 1\n[runtime]\nkeep_freed_memory_s = 0").unwrap();
+        assert_eq!(c.runtime.keep_freed_memory_s, 0);
+        let e = FileConfig::parse("schema_version = 1\n[runtime]\nkeep_freed_memory_s = 86401")
+            .unwrap_err();
+        assert!(e.contains("runtime.keep_freed_memory_s"), "{e}");
     }
 }

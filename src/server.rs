@@ -59,6 +59,9 @@ pub fn resolve(args: ServeArgs) -> Result<ServerConfig, String> {
     if let Some(w) = args.workers {
         file.runtime.workers = w;
     }
+    if let Some(s) = args.keep_freed_memory_s {
+        file.runtime.keep_freed_memory_s = s;
+    }
     file.validate()?;
     // Every listener address is checked here, with the other settings (a refused setting
     // exits 2). The SQL wire and Bolt listeners are not started yet; their addresses are

@@ -522,10 +522,17 @@ def test_bad_config_refused(tmp_path, text, needle):
     assert _error_messages(p.stderr)
 
 
-def test_bad_workers_flag_names_its_sources(tmp_path):
-    p = _serve(tmp_path, "--workers", "100000", "--data-dir", str(tmp_path / "d"), "--http-addr", "127.0.0.1:0")
+@pytest.mark.parametrize("flag,value,message", [
+    ("--workers", "100000", "runtime.workers (--workers, ENGINE_WORKERS) must be between 0 (automatic) and 1024"),
+    ("--keep-freed-memory-s", "86401", "runtime.keep_freed_memory_s (--keep-freed-memory-s, "
+                                       "ENGINE_KEEP_FREED_MEMORY_S) must be between 0 and 86400 (one day)"),
+    ("--keep-freed-memory-s", "-1", "--keep-freed-memory-s"),
+], ids=["workers", "keep-freed-memory-too-long", "keep-freed-memory-negative"])
+def test_bad_runtime_flag_names_its_sources(tmp_path, flag, value, message):
+    p = _serve(tmp_path, f"{flag}={value}", "--data-dir", str(tmp_path / "d"), "--http-addr", "127.0.0.1:0")
     assert p.returncode == 2 and p.stdout == ""
-    assert "runtime.workers (--workers, ENGINE_WORKERS) must be between 0 (automatic) and 1024" in p.stderr, p.stderr
+    assert message in p.stderr, p.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_valid_config_is_applied(engine_factory, tmp_path):

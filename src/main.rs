@@ -19,7 +19,7 @@ const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 /// Lets mimalloc keep memory the engine frees for up to `seconds` before it gives it back to
 /// the operating system (`runtime.keep_freed_memory_s`; it purges in sweeps, the first free
 /// after a sweep starting the clock). With mimalloc's own default, one second, a bulk request
-/// that recurs every few minutes zero-filled its ~130 MB again, in page faults, each time
+/// that recurs every few minutes zero-filled its ~150 MB again, in page faults, each time
 /// (docs/design.md, "Allocator").
 fn keep_freed_memory(seconds: u64) {
     let ms =

@@ -642,7 +642,7 @@ def bench(args):
         # zero-filled in page faults, dear in a virtual machine (docs/design.md "Allocator").
         cpu1, faults1 = process_cpu_s(pid), process_faults(pid)
         server = {}
-        if cpu0 is not None and cpu1 is not None and faults0 is not None and faults1 is not None:
+        if None not in (cpu0, cpu1, faults0, faults1):
             server = {"server_cpu_s": cpu1 - cpu0, "server_faults": faults1 - faults0}
         t0 = time.perf_counter()
         u = S.undo_create_many(system)

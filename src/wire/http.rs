@@ -458,13 +458,20 @@ fn method_name(m: &Method) -> &'static str {
     }
 }
 
+/// The method a request is routed as: HEAD is GET without the body (RFC 9110 §9.3.2), and
+/// hyper, which read the request line, sends the answer's headers only.
+fn routed_as(method: &Method) -> &Method {
+    if method == Method::HEAD {
+        &Method::GET
+    } else {
+        method
+    }
+}
+
 /// Dispatches on path; returns the route template (for metrics) and the response.
 async fn route(state: &HttpState, mut req: Request<Bytes>) -> (&'static str, HttpResponse) {
-    // HEAD is GET without the body (RFC 9110 §9.3.2): hyper, which read the request line,
-    // sends the answer's headers only.
-    if req.method() == Method::HEAD {
-        *req.method_mut() = Method::GET;
-    }
+    let method = routed_as(req.method()).clone();
+    *req.method_mut() = method;
     // A clone of the URI shares its bytes (the request moves into the router).
     let uri = req.uri().clone();
     let path = match uri.path().trim_end_matches('/') {

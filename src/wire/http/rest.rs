@@ -599,13 +599,9 @@ pub(super) fn answer_now<'a>(
     headers: &hyper::HeaderMap,
 ) -> Option<Now<'a>> {
     let segs = plain_segments(uri.path().trim_end_matches('/').strip_prefix("/api/v1/")?)?;
-    // HEAD is GET without the body (the router's rule; hyper sends the headers only).
-    let method = if method == Method::HEAD {
-        &Method::GET
-    } else {
-        method
-    };
-    let (template, Ok(Read { op, answer })) = read_of(method, &segs, uri.query())? else {
+    let (template, Ok(Read { op, answer })) =
+        read_of(super::routed_as(method), &segs, uri.query())?
+    else {
         return None;
     };
     let mut meta = RequestMeta::from_headers(headers);
